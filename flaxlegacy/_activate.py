@@ -1,0 +1,219 @@
+"""Activation: JAX aliases and legacy policies, applied once per process.
+
+``activate()`` runs when a legacy path (``flax.nn``, ``flax.optim``,
+``flax.deprecated``) is first imported, when ``flaxlegacy.nn`` /
+``flaxlegacy.optim`` are imported directly, under ``python -m flaxlegacy``,
+or when user code calls ``flaxlegacy.activate()``.  It
+
+1. installs the import hook (for environments that skip .pth files);
+2. adds the JAX names legacy code used and modern JAX removed
+   (``_names.JAX_ALIASES``), each only where the name is absent;
+3. applies the legacy policies (``_names.POLICIES``): the legacy PRNG stream
+   and legacy msgpack checkpoints, each with an environment opt-out, and
+   announces them once in the log.
+"""
+
+import importlib
+import logging
+import os
+import sys
+import threading
+
+from flaxlegacy import _hook
+from flaxlegacy import _names
+
+logger = logging.getLogger('flaxlegacy')
+
+_lock = threading.RLock()
+_state = {'active': False, 'aliases': (), 'policies': {}}
+
+_OFF = ('off', '0', 'false', 'no', 'modern')
+_ON = ('on', '1', 'true', 'yes', 'legacy')
+
+
+# --- small replacements named '@name' in _names.JAX_ALIASES --------------
+
+
+def _index_op(method):
+  def op(x, idx, y, indices_are_sorted=False, unique_indices=False):
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    ref = getattr(jnp.asarray(x).at[idx], method)
+    return ref(y, indices_are_sorted=indices_are_sorted,
+               unique_indices=unique_indices)
+  op.__name__ = 'index_' + {'set': 'update', 'multiply': 'mul'}.get(method,
+                                                                    method)
+  op.__doc__ = (f'Legacy ``jax.ops.{op.__name__}(x, idx, y)``: '
+                f'``jnp.asarray(x).at[idx].{method}(y)``.')
+  return op
+
+
+def _shuffle(key, x, axis=0):
+  """Legacy ``jax.random.shuffle``: shuffles each slice independently."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.random.permutation(key, x, axis=axis, independent=True)
+
+
+def _tie_in(x, y):  # pylint: disable=unused-argument
+  """Legacy ``lax.tie_in``: a no-op since jax 0.2.0."""
+  return y
+
+
+def _host_ids():
+  import jax  # pylint: disable=g-import-not-at-top
+  return list(range(jax.process_count()))
+
+
+def _noop(*args, **kwargs):  # pylint: disable=unused-argument
+  """Legacy ``jax.config.enable_omnistaging()``: omnistaging is always on."""
+  return None
+
+
+def _check_eq(xs, ys, err_msg=''):
+  """Legacy ``jax.test_util.check_eq``: same tree, leaves allclose."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  assert jax.tree_util.tree_structure(xs) == jax.tree_util.tree_structure(ys), (
+      f'tree structures differ: {jax.tree_util.tree_structure(xs)} vs '
+      f'{jax.tree_util.tree_structure(ys)}')
+  for x, y in zip(jax.tree_util.tree_leaves(xs), jax.tree_util.tree_leaves(ys)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), err_msg=err_msg)
+
+
+_SPECIAL = {
+    'index_update': _index_op('set'),
+    'index_add': _index_op('add'),
+    'index_mul': _index_op('multiply'),
+    'index_min': _index_op('min'),
+    'index_max': _index_op('max'),
+    'shuffle': _shuffle,
+    'tie_in': _tie_in,
+    'host_ids': _host_ids,
+    'noop': _noop,
+    'true': True,
+    'check_eq': _check_eq,
+}
+
+
+def _resolve(dotted):
+  """A module or object by dotted path: 'jax.config' is jax's Config object."""
+  try:
+    return importlib.import_module(dotted)
+  except ImportError:
+    head, _, attr = dotted.rpartition('.')
+    return getattr(_resolve(head), attr)
+
+
+def _has(owner, name):
+  try:
+    getattr(owner, name)
+  except AttributeError:
+    return False
+  except Exception:  # pylint: disable=broad-except
+    # A deprecation shim that raises something else still means "exists".
+    return True
+  return True
+
+
+def _value_of(spec):
+  if spec.startswith('@'):
+    return _SPECIAL[spec[1:]]
+  module, _, attr = spec.partition(':')
+  return getattr(_resolve(module), attr)
+
+
+def install_jax_aliases():
+  """Adds each name of ``_names.JAX_ALIASES`` where it is absent.
+
+  Returns the aliases that were added.  Nothing that exists is replaced.
+  """
+  added = []
+  for alias in _names.JAX_ALIASES:
+    try:
+      owner = _resolve(alias.owner)
+    except (ImportError, AttributeError):
+      continue
+    if _has(owner, alias.name):
+      continue
+    try:
+      value = _value_of(alias.value)
+    except (ImportError, AttributeError):
+      logger.debug('flaxlegacy: no replacement for %s.%s', alias.owner,
+                   alias.name)
+      continue
+    setattr(owner, alias.name, value)
+    added.append(alias)
+  # Removed module paths that must exist in sys.modules without going
+  # through the import system (see _hook._serve_jax_config).
+  if 'jax.config' not in sys.modules:
+    sys.modules['jax.config'] = _hook._serve_jax_config()  # pylint: disable=protected-access
+  return tuple(added)
+
+
+# --- policies -------------------------------------------------------------
+
+
+def policy_enabled(policy):
+  """Whether a legacy policy applies, from its env var (default: on)."""
+  value = os.environ.get(policy.env, '').strip().lower()
+  if value in _OFF:
+    return False
+  if value in _ON or not value:
+    return True
+  raise ValueError(
+      f'{policy.env}={os.environ[policy.env]!r}: expected "legacy" or '
+      f'"modern" ({policy.doc}).')
+
+
+def _user_set(setting):
+  """True if the user set the underlying option in the environment."""
+  return setting.upper() in os.environ
+
+
+def _apply_policy(policy):
+  if not policy_enabled(policy) or _user_set(policy.setting):
+    return None
+  if policy.setting.startswith('jax_'):
+    import jax  # pylint: disable=g-import-not-at-top
+    config = jax.config
+  else:
+    import flax  # pylint: disable=g-import-not-at-top
+    config = flax.config
+  previous = getattr(config, policy.setting, None)
+  config.update(policy.setting, policy.legacy_value)
+  return previous
+
+
+def apply_policies():
+  applied = {}
+  for policy in _names.POLICIES:
+    try:
+      previous = _apply_policy(policy)
+    except AttributeError:  # the setting no longer exists
+      continue
+    if previous is not None or policy_enabled(policy):
+      if not _user_set(policy.setting) and policy_enabled(policy):
+        applied[policy.name] = previous
+  if applied:
+    logger.warning(
+        'flaxlegacy: legacy mode on for %s (%s). Set %s to "modern" to keep '
+        "today's defaults.",
+        ', '.join(applied),
+        '; '.join(f'{p.setting}={p.legacy_value}' for p in _names.POLICIES
+                  if p.name in applied),
+        ' / '.join(p.env for p in _names.POLICIES if p.name in applied))
+  return applied
+
+
+def activate():
+  """Makes the legacy API available in this process (idempotent)."""
+  with _lock:
+    if _state['active']:
+      return
+    _state['active'] = True
+    _hook.install()
+    _state['aliases'] = install_jax_aliases()
+    _state['policies'] = apply_policies()
+
+
+def is_active():
+  return _state['active']

@@ -1,0 +1,216 @@
+"""The import hook that makes legacy paths (``flax.nn`` ...) resolve.
+
+Installed at interpreter start by ``flaxlegacy.pth`` (or by ``activate()``).
+It is dormant and cheap: it imports nothing heavy until a legacy path is
+imported, and it serves only paths that do not exist, because its finder sits
+at the *end* of ``sys.meta_path`` (every real module is found first).
+
+Two finders:
+
+* ``LegacyFinder`` (last on ``sys.meta_path``) serves every module path listed
+  in ``_names.MODULES`` by aliasing it to the flaxlegacy module that implements
+  it, the way ``six.moves`` does, and answers any other path under a legacy
+  root (``flax.nn.foo``) with an ImportError that names flaxlegacy's coverage.
+* ``FlaxAttributeFinder`` (first on ``sys.meta_path``) looks only at the
+  import of ``flax`` itself: after the real package has run, it gives it a
+  module ``__getattr__`` so that ``import flax; flax.nn.Dense`` works as in
+  2020.  It adds a name; it replaces none.
+"""
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+
+from flaxlegacy import _names
+
+
+class LegacyNotProvidedError(ModuleNotFoundError):
+  """A legacy path that flaxlegacy does not (yet) provide.
+
+  A ModuleNotFoundError (so ``except ImportError`` fallbacks keep working)
+  whose message names flaxlegacy's coverage instead of a bare "No module".
+  """
+
+
+def _serve_jax_config():
+  """``jax.config`` as a module path (removed in jax 0.4.29).
+
+  The module served *is* today's ``jax.config`` object, given a ``config``
+  attribute that points to itself: ``from jax.config import config`` then
+  works, and the import system's ``setattr(jax, 'config', ...)`` re-assigns
+  the very object that is already there instead of clobbering it.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  cfg = jax.config
+  if not hasattr(cfg, 'config'):
+    try:
+      setattr(cfg, 'config', cfg)
+    except AttributeError:  # pragma: no cover - depends on the Config class
+      pass
+  return cfg
+
+
+_FACTORIES = {'jax.config': _serve_jax_config}
+
+
+class _AliasLoader(importlib.abc.Loader):
+  """Loads a legacy path as the module that implements it."""
+
+  def __init__(self, entry):
+    self.entry = entry
+
+  def create_module(self, spec):
+    if self.entry.legacy.startswith('flax.'):
+      from flaxlegacy import _activate  # pylint: disable=g-import-not-at-top
+      _activate.activate()
+    if not self.entry.target:
+      return _FACTORIES[self.entry.legacy]()
+    try:
+      module = importlib.import_module(self.entry.target)
+    except ModuleNotFoundError as e:
+      if e.name != self.entry.target:
+        raise
+      raise LegacyNotProvidedError(
+          _names.coverage_message(self.entry.legacy),
+          name=self.entry.legacy) from None
+    # The import system stamps the alias spec onto the module; remember the
+    # module's own spec to put it back (reload, importlib.resources).
+    self._own_spec = getattr(module, '__spec__', None)
+    return module
+
+  def exec_module(self, module):
+    legacy, target = self.entry.legacy, self.entry.target
+    own_spec = getattr(self, '_own_spec', None)
+    if own_spec is not None:
+      module.__spec__ = own_spec
+    if legacy in _FACTORIES:
+      # Keep the served object (not a module wrapper) in sys.modules, so the
+      # parent attribute the import system sets afterwards is unchanged.
+      sys.modules[legacy] = module
+      return
+    # Register the submodules the target package has already imported under
+    # their legacy names too.  Otherwise a later ``import flax.nn.stochastic``
+    # would re-bind the package attribute ``nn.stochastic`` (legacy: the
+    # context-manager function) to the submodule.
+    prefix = target + '.'
+    for name, mod in list(sys.modules.items()):
+      if name.startswith(prefix) and mod is not None:
+        alias = legacy + '.' + name[len(prefix):]
+        if alias not in sys.modules and _names.legacy_root(alias):
+          sys.modules[alias] = mod
+
+
+class LegacyFinder(importlib.abc.MetaPathFinder):
+  """Serves the legacy module paths of ``_names.MODULES`` (last resort)."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    entry = _names.MODULES_BY_LEGACY.get(fullname)
+    if entry is not None:
+      return importlib.machinery.ModuleSpec(
+          fullname, _AliasLoader(entry), is_package=True)
+    if _names.legacy_root(fullname):
+      raise LegacyNotProvidedError(_names.coverage_message(fullname),
+                                   name=fullname)
+    return None
+
+  def invalidate_caches(self):
+    pass
+
+
+class _FlaxLoader(importlib.abc.Loader):
+  """Runs the real ``flax`` package, then lets it resolve legacy names."""
+
+  def __init__(self, loader):
+    self._loader = loader
+
+  def create_module(self, spec):
+    return self._loader.create_module(spec)
+
+  def exec_module(self, module):
+    self._loader.exec_module(module)
+    add_flax_legacy_attributes(module)
+
+  def __getattr__(self, name):
+    # get_resource_reader, get_source, is_package ... of the real loader.
+    return getattr(self._loader, name)
+
+
+_LEGACY_FLAX_ATTRIBUTES = ('nn', 'optim', 'deprecated')
+
+
+def add_flax_legacy_attributes(flax_module):
+  """Gives ``flax`` a module ``__getattr__`` for ``nn``, ``optim``, ...
+
+  Only names the package does not define are resolved (lazily, by importing
+  ``flax.<name>``); an existing ``__getattr__`` is chained to, not replaced.
+  """
+  namespace = flax_module.__dict__
+  previous = namespace.get('__getattr__')
+  if getattr(previous, '_flaxlegacy', False):
+    return
+
+  def __getattr__(name):  # pylint: disable=invalid-name
+    if name in _LEGACY_FLAX_ATTRIBUTES:
+      return importlib.import_module('flax.' + name)
+    if previous is not None:
+      return previous(name)
+    raise AttributeError(f"module 'flax' has no attribute {name!r}")
+
+  __getattr__._flaxlegacy = True  # pylint: disable=protected-access
+  namespace['__getattr__'] = __getattr__
+
+
+class FlaxAttributeFinder(importlib.abc.MetaPathFinder):
+  """Wraps the loader of the real ``flax`` package (and nothing else)."""
+
+  def find_spec(self, fullname, path=None, target=None):
+    if fullname != 'flax':
+      return None
+    for finder in sys.meta_path:
+      if finder is self or isinstance(finder, FlaxAttributeFinder):
+        continue
+      find_spec = getattr(finder, 'find_spec', None)
+      if find_spec is None:
+        continue
+      spec = find_spec(fullname, path, target)
+      if spec is not None:
+        if spec.loader is not None and not isinstance(spec.loader,
+                                                      _FlaxLoader):
+          spec.loader = _FlaxLoader(spec.loader)
+        return spec
+    return None
+
+  def invalidate_caches(self):
+    pass
+
+
+def installed():
+  return any(isinstance(f, LegacyFinder) for f in sys.meta_path)
+
+
+def install():
+  """Puts both finders on ``sys.meta_path`` (idempotent)."""
+  if not any(isinstance(f, FlaxAttributeFinder) for f in sys.meta_path):
+    sys.meta_path.insert(0, FlaxAttributeFinder())
+  if not installed():
+    sys.meta_path.append(LegacyFinder())
+  flax_module = sys.modules.get('flax')
+  if flax_module is not None:
+    add_flax_legacy_attributes(flax_module)
+
+
+def uninstall():
+  """Removes both finders (for tests and for opting out at run time)."""
+  sys.meta_path[:] = [
+      f for f in sys.meta_path
+      if not isinstance(f, (FlaxAttributeFinder, LegacyFinder))]
+
+
+def _install_at_startup():
+  """Entry point of flaxlegacy.pth: must stay cheap and never raise."""
+  try:
+    install()
+  except Exception:  # pylint: disable=broad-except
+    # A broken hook must never break the interpreter's start-up.
+    pass

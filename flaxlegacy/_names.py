@@ -1,0 +1,301 @@
+"""The one table of legacy names.
+
+Everything flaxlegacy knows about legacy names lives here, in the spirit of
+``six.moves``: the import hook (``_hook``), the JAX aliases installed at
+activation (``_activate``), the coverage table in the docs and the
+``flaxlegacy check`` scanner all read these tables, so what is documented,
+what is scanned for and what is served cannot drift apart.
+
+This module is pure data plus a few lookups; it must stay cheap to import
+because the start-up hook imports it in every Python process.
+
+Version labels follow the legacy tags: ``v0.1.0rc2``, ``v0.2``, ``v0.2.2``,
+``0.3.0``, ``0.3.1`` ... ``v0.3.6`` (then ``v0.4.0``, ``v0.5.3`` for optim).
+"""
+
+import collections
+
+LEGACY_VERSIONS = ('v0.1.0rc2', 'v0.2', 'v0.2.2', '0.3.0', '0.3.1', 'v0.3.2',
+                   'v0.3.3', 'v0.3.4', 'v0.3.5', 'v0.3.6', 'v0.4.0', 'v0.4.1',
+                   'v0.5.3')
+
+# A legacy module path and the module that serves it.
+#   legacy:  the dotted path legacy code imports.
+#   target:  the module flaxlegacy imports in its place ('' = built by
+#            ``factory`` in _activate).
+#   since / until: first and last legacy version with that path.
+#   modern:  where the functionality lives today (for `flaxlegacy check`).
+ModuleEntry = collections.namedtuple(
+    'ModuleEntry', 'legacy target since until modern')
+
+_NN_SUBMODULES = (
+    # name, since, modern equivalent
+    ('activation', 'v0.1.0rc2', 'flax.linen.activation'),
+    ('attention', 'v0.1.0rc2', 'flax.linen.attention'),
+    ('base', 'v0.1.0rc2', 'flax.linen.Module'),
+    ('initializers', 'v0.1.0rc2', 'flax.linen.initializers'),
+    ('linear', 'v0.1.0rc2', 'flax.linen.linear'),
+    ('normalization', 'v0.1.0rc2', 'flax.linen.normalization'),
+    ('pooling', 'v0.1.0rc2', 'flax.linen.pooling'),
+    ('recurrent', 'v0.1.0rc2', 'flax.linen.recurrent'),
+    ('stochastic', 'v0.1.0rc2', 'flax.linen.Module.make_rng'),
+    ('utils', 'v0.1.0rc2', None),
+)
+
+_OPTIM_SUBMODULES = (
+    ('base', 'v0.2', 'optax'),
+    ('sgd', 'v0.2', 'optax.sgd'),
+    ('momentum', 'v0.2', 'optax.sgd(momentum=...)'),
+    ('adam', 'v0.2', 'optax.adam / optax.adamw'),
+    ('adagrad', 'v0.2', 'optax.adagrad'),
+    ('rmsprop', 'v0.2', 'optax.rmsprop'),
+    ('lamb', 'v0.2', 'optax.lamb'),
+    ('lars', 'v0.2', 'optax.lars'),
+    ('adafactor', 'v0.2.2', 'optax.adafactor'),
+    ('adadelta', '0.3.1', 'optax.adadelta'),
+    ('adabelief', 'v0.3.5', 'optax.adabelief'),
+    ('weight_norm', 'v0.2', None),
+    ('dynamic_scale', 'v0.2', 'flax.training.dynamic_scale'),
+)
+
+
+def _module_entries():
+  entries = [
+      ModuleEntry('flax.nn', 'flaxlegacy.nn', 'v0.1.0rc2', 'v0.3.6',
+                  'flax.linen'),
+      ModuleEntry('flax.deprecated', 'flaxlegacy.deprecated', 'v0.3.6',
+                  'v0.3.6', None),
+      ModuleEntry('flax.deprecated.nn', 'flaxlegacy.nn', 'v0.3.6', 'v0.3.6',
+                  'flax.linen'),
+      ModuleEntry('flax.optim', 'flaxlegacy.optim', 'v0.1.0rc2', 'v0.5.3',
+                  'optax'),
+  ]
+  for name, since, modern in _NN_SUBMODULES:
+    # flax.nn.X is a real module path up to v0.3.5; v0.3.6 moved it to
+    # flax.deprecated.nn.X (``from flax import nn`` kept working).
+    entries.append(ModuleEntry('flax.nn.' + name, 'flaxlegacy.nn.' + name,
+                               since, 'v0.3.5', modern))
+    entries.append(ModuleEntry('flax.deprecated.nn.' + name,
+                               'flaxlegacy.nn.' + name, 'v0.3.6', 'v0.3.6',
+                               modern))
+  for name, since, modern in _OPTIM_SUBMODULES:
+    entries.append(ModuleEntry('flax.optim.' + name,
+                               'flaxlegacy.optim.' + name, since, 'v0.5.3',
+                               modern))
+  # JAX module paths that were removed; served only where absent.
+  entries += [
+      ModuleEntry('jax.config', '', 'jax<0.4.29', 'jax 0.4.28',
+                  'jax.config (the object): `from jax import config`'),
+      ModuleEntry('jax.experimental.optimizers',
+                  'jax.example_libraries.optimizers', 'jax<0.3.16',
+                  'jax 0.3.15', 'jax.example_libraries.optimizers or optax'),
+      ModuleEntry('jax.experimental.stax', 'jax.example_libraries.stax',
+                  'jax<0.3.16', 'jax 0.3.15', 'jax.example_libraries.stax'),
+      ModuleEntry('jax.linear_util', 'jax.extend.linear_util', 'jax<0.4.24',
+                  'jax 0.4.23', 'jax.extend.linear_util'),
+  ]
+  return tuple(entries)
+
+
+MODULES = _module_entries()
+MODULES_BY_LEGACY = {e.legacy: e for e in MODULES}
+
+# The roots under which the import hook answers.  Any path below one of
+# these that the table does not list gets an ImportError naming coverage.
+LEGACY_ROOTS = ('flax.nn', 'flax.optim', 'flax.deprecated')
+
+# Attribute aliases installed at activation, each only where absent.
+#   owner:   module whose attribute is added.
+#   name:    attribute name.
+#   value:   'module:attr' of the replacement, or '@name' of a small
+#            function defined in _activate.
+#   removed: the JAX version that removed it (for docs and `check`).
+#   modern:  what to write today.
+#   faithful: False where the replacement is only approximately faithful.
+Alias = collections.namedtuple('Alias', 'owner name value removed modern faithful')
+
+JAX_ALIASES = (
+    Alias('jax', 'tree_map', 'jax.tree_util:tree_map', 'jax 0.6.0',
+          'jax.tree_util.tree_map', True),
+    Alias('jax', 'tree_multimap', 'jax.tree_util:tree_map', 'jax 0.3.16',
+          'jax.tree_util.tree_map', True),
+    Alias('jax.tree_util', 'tree_multimap', 'jax.tree_util:tree_map',
+          'jax 0.3.16', 'jax.tree_util.tree_map', True),
+    Alias('jax', 'tree_leaves', 'jax.tree_util:tree_leaves', 'jax 0.6.0',
+          'jax.tree_util.tree_leaves', True),
+    Alias('jax', 'tree_flatten', 'jax.tree_util:tree_flatten', 'jax 0.6.0',
+          'jax.tree_util.tree_flatten', True),
+    Alias('jax', 'tree_unflatten', 'jax.tree_util:tree_unflatten', 'jax 0.6.0',
+          'jax.tree_util.tree_unflatten', True),
+    Alias('jax', 'tree_structure', 'jax.tree_util:tree_structure', 'jax 0.6.0',
+          'jax.tree_util.tree_structure', True),
+    Alias('jax', 'tree_transpose', 'jax.tree_util:tree_transpose', 'jax 0.6.0',
+          'jax.tree_util.tree_transpose', True),
+    Alias('jax', 'treedef_is_leaf', 'jax.tree_util:treedef_is_leaf',
+          'jax 0.6.0', 'jax.tree_util.treedef_is_leaf', True),
+    Alias('jax.ops', 'index_update', '@index_update', 'jax 0.3.2',
+          'x.at[idx].set(y)', True),
+    Alias('jax.ops', 'index_add', '@index_add', 'jax 0.3.2',
+          'x.at[idx].add(y)', True),
+    Alias('jax.ops', 'index_mul', '@index_mul', 'jax 0.3.2',
+          'x.at[idx].multiply(y)', True),
+    Alias('jax.ops', 'index_min', '@index_min', 'jax 0.3.2',
+          'x.at[idx].min(y)', True),
+    Alias('jax.ops', 'index_max', '@index_max', 'jax 0.3.2',
+          'x.at[idx].max(y)', True),
+    Alias('jax.ops', 'index', 'numpy:s_', 'jax 0.3.2',
+          'plain indexing / numpy.s_', True),
+    Alias('jax.random', 'shuffle', '@shuffle', 'jax 0.4.31',
+          'jax.random.permutation(key, x, axis, independent=True)', True),
+    Alias('jax.lax', 'tie_in', '@tie_in', 'jax 0.4.29', 'drop it (no-op)',
+          True),
+    Alias('jax.nn', 'normalize', 'jax.nn:standardize', 'jax 0.4.29',
+          'jax.nn.standardize', True),
+    Alias('jax', 'ShapedArray', 'jax.core:ShapedArray', 'jax 0.4.14',
+          'jax.core.ShapedArray', True),
+    Alias('jax', 'host_id', 'jax:process_index', 'renamed in jax 0.2.13',
+          'jax.process_index', True),
+    Alias('jax', 'host_count', 'jax:process_count', 'renamed in jax 0.2.13',
+          'jax.process_count', True),
+    Alias('jax', 'host_ids', '@host_ids', 'renamed in jax 0.2.13',
+          'range(jax.process_count())', True),
+    Alias('jax.numpy', 'DeviceArray', 'jax:Array', 'jax 0.4.14', 'jax.Array',
+          False),
+    Alias('jax.interpreters.xla', 'DeviceArray', 'jax:Array', 'jax 0.4.11',
+          'jax.Array', False),
+    Alias('jax.config', 'enable_omnistaging', '@noop', 'jax 0.2.12',
+          'drop it (omnistaging is always on)', True),
+    Alias('jax.config', 'omnistaging_enabled', '@true', 'jax 0.2.12',
+          'drop it (always True)', True),
+    Alias('jax.test_util', 'check_eq', '@check_eq', 'jax 0.3.8',
+          'numpy.testing.assert_allclose per leaf', False),
+)
+
+# Policy switches: existing settings whose default changed.  Applied when
+# the legacy API is first imported; each can be turned off by its env var.
+Policy = collections.namedtuple('Policy', 'name setting legacy_value env doc')
+
+POLICIES = (
+    Policy('prng', 'jax_threefry_partitionable', False, 'FLAXLEGACY_PRNG',
+           'legacy random streams: split/normal/uniform/dropout give the '
+           '2020-2024 numbers (default since jax 0.5.0 is partitionable)'),
+    Policy('checkpoints', 'flax_use_orbax_checkpointing', False,
+           'FLAXLEGACY_CHECKPOINTS',
+           'flax.training.checkpoints writes legacy single-file msgpack '
+           'checkpoints (today\'s default is an Orbax directory)'),
+)
+
+# Symbols (for `flaxlegacy check` and the coverage docs): legacy qualified
+# name -> (since, until, modern equivalent).  Names that flaxlegacy does not
+# serve are listed in UNSUPPORTED with the reason.
+Symbol = collections.namedtuple('Symbol', 'name since until modern')
+
+_NN_SYMBOLS = (
+    ('Module', 'flax.linen.Module (setup/@compact; params via self.param)'),
+    ('Model', 'flax.training.train_state.TrainState (apply_fn + params)'),
+    ('Collection', 'linen variable collections (mutable=[...])'),
+    ('capture_module_outputs', 'Module.sow / capture_intermediates=True'),
+    ('module', 'flax.linen.compact on a Module subclass'),
+    ('module_method', 'an ordinary method of a linen Module'),
+    ('stateful', "linen variables + apply(..., mutable=['batch_stats'])"),
+    ('get_state', 'linen Module.variable'),
+    ('is_stateful', "linen Module.is_mutable_collection('batch_stats')"),
+    ('make_rng', "linen Module.make_rng('dropout')"),
+    ('stochastic', "apply(..., rngs={'dropout': key})"),
+    ('is_stochastic', "linen Module.has_rng('dropout')"),
+    ('dropout', 'flax.linen.Dropout'),
+    ('Dense', 'flax.linen.Dense'),
+    ('DenseGeneral', 'flax.linen.DenseGeneral'),
+    ('Conv', 'flax.linen.Conv'),
+    ('ConvTranspose', 'flax.linen.ConvTranspose'),
+    ('Embed', 'flax.linen.Embed'),
+    ('BatchNorm', 'flax.linen.BatchNorm'),
+    ('LayerNorm', 'flax.linen.LayerNorm'),
+    ('GroupNorm', 'flax.linen.GroupNorm'),
+    ('max_pool', 'flax.linen.max_pool'),
+    ('avg_pool', 'flax.linen.avg_pool'),
+    ('LSTMCell', 'flax.linen.LSTMCell'),
+    ('OptimizedLSTMCell', 'flax.linen.OptimizedLSTMCell'),
+    ('GRUCell', 'flax.linen.GRUCell'),
+    ('ConvLSTM', 'flax.linen.ConvLSTMCell'),
+    ('dot_product_attention', 'flax.linen.dot_product_attention'),
+    ('MultiHeadDotProductAttention', 'flax.linen.MultiHeadDotProductAttention'),
+    ('SelfAttention', 'flax.linen.SelfAttention'),
+    ('initializers', 'flax.linen.initializers / jax.nn.initializers'),
+    ('activation', 'flax.linen.activation / jax.nn'),
+)
+
+_OPTIM_SYMBOLS = (
+    ('Optimizer', 'flax.training.train_state.TrainState'),
+    ('OptimizerDef', 'optax.GradientTransformation'),
+    ('OptimizerState', 'optax state (TrainState.opt_state)'),
+    ('MultiOptimizer', 'optax.multi_transform'),
+    ('ModelParamTraversal', 'optax.multi_transform with a label tree'),
+    ('GradientDescent', 'optax.sgd'),
+    ('Momentum', 'optax.sgd(lr, momentum=beta, nesterov=...)'),
+    ('Adam', 'optax.adam / optax.adamw'),
+    ('Adagrad', 'optax.adagrad'),
+    ('RMSProp', 'optax.rmsprop'),
+    ('LAMB', 'optax.lamb'),
+    ('LARS', 'optax.lars'),
+    ('Adafactor', 'optax.adafactor'),
+    ('Adadelta', 'optax.adadelta'),
+    ('AdaBelief', 'optax.adabelief'),
+    ('WeightNorm', 'no optax equivalent (flaxlegacy Optimizer.as_optax())'),
+    ('DynamicScale', 'flax.training.dynamic_scale.DynamicScale'),
+)
+
+_OPTIM_SINCE = {'Adagrad': 'v0.2', 'RMSProp': 'v0.2', 'LAMB': 'v0.2',
+                'DynamicScale': 'v0.2', 'Adafactor': 'v0.2.2',
+                'Adadelta': '0.3.1', 'AdaBelief': 'v0.3.5'}
+_NN_SINCE = {'ConvTranspose': 'v0.2', 'ConvLSTM': 'v0.2.2',
+             'OptimizedLSTMCell': '0.3.1'}
+
+
+def _symbols():
+  out = {}
+  for prefix in ('flax.nn', 'flax.deprecated.nn'):
+    for name, modern in _NN_SYMBOLS:
+      since = _NN_SINCE.get(name, 'v0.1.0rc2')
+      out[prefix + '.' + name] = Symbol(prefix + '.' + name, since, 'v0.3.6',
+                                        modern)
+  for name, modern in _OPTIM_SYMBOLS:
+    since = _OPTIM_SINCE.get(name, 'v0.1.0rc2')
+    out['flax.optim.' + name] = Symbol('flax.optim.' + name, since, 'v0.5.3',
+                                       modern)
+  for alias in JAX_ALIASES:
+    qual = alias.owner + '.' + alias.name
+    out[qual] = Symbol(qual, 'jax<' + alias.removed.split()[-1], alias.removed,
+                       alias.modern)
+  return out
+
+
+SYMBOLS = _symbols()
+
+# Legacy names that flaxlegacy deliberately does not serve, with why.
+UNSUPPORTED = {
+    'jax.experimental.host_callback': 'removed from JAX; use jax.debug.callback',
+    'jax.experimental.maps': 'removed from JAX; use shard_map / jax.jit',
+    'jax.mask': 'removed from JAX in 0.3.16; rewrite with padding masks',
+    'jax.pxla': 'JAX internals removed in 0.4.14; use flax.jax_utils',
+    'jax.lib.xla_bridge': 'JAX internals removed in 0.8.0; use jax.devices()',
+    'jax.api': 'removed in jax 0.2.21; use the jax top level',
+}
+
+
+def legacy_root(fullname):
+  """The legacy root ('flax.nn' ...) that ``fullname`` lies under, or None."""
+  for root in LEGACY_ROOTS:
+    if fullname == root or fullname.startswith(root + '.'):
+      return root
+  return None
+
+
+def coverage_message(fullname):
+  """Text for an ImportError about a legacy path flaxlegacy does not serve."""
+  return (
+      f'flaxlegacy does not provide the legacy module {fullname!r}. '
+      'Its coverage of the legacy Flax API (flax.nn, flax.optim, '
+      'flax.deprecated.nn, v0.1.0rc2-v0.3.6) is listed in docs/coverage.md; '
+      '`flaxlegacy check PATH` reports every legacy name a codebase uses '
+      'and whether it is supported.')
