@@ -18,11 +18,16 @@ Two finders:
 """
 
 import importlib
-import importlib.abc
-import importlib.machinery
 import sys
 
-from flaxlegacy import _names
+# Deliberately no import of importlib.abc or of the names table here: this
+# module runs at every interpreter start.  The table is imported on first
+# use, which only happens for imports no other finder could satisfy.
+
+
+def _names():
+  from flaxlegacy import _names as names  # pylint: disable=g-import-not-at-top
+  return names
 
 
 class LegacyNotProvidedError(ModuleNotFoundError):
@@ -54,7 +59,7 @@ def _serve_jax_config():
 _FACTORIES = {'jax.config': _serve_jax_config}
 
 
-class _AliasLoader(importlib.abc.Loader):
+class _AliasLoader:
   """Loads a legacy path as the module that implements it."""
 
   def __init__(self, entry):
@@ -72,7 +77,7 @@ class _AliasLoader(importlib.abc.Loader):
       if e.name != self.entry.target:
         raise
       raise LegacyNotProvidedError(
-          _names.coverage_message(self.entry.legacy),
+          _names().coverage_message(self.entry.legacy),
           name=self.entry.legacy) from None
     # The import system stamps the alias spec onto the module; remember the
     # module's own spec to put it back (reload, importlib.resources).
@@ -97,20 +102,24 @@ class _AliasLoader(importlib.abc.Loader):
     for name, mod in list(sys.modules.items()):
       if name.startswith(prefix) and mod is not None:
         alias = legacy + '.' + name[len(prefix):]
-        if alias not in sys.modules and _names.legacy_root(alias):
+        if alias not in sys.modules and _names().legacy_root(alias):
           sys.modules[alias] = mod
 
 
-class LegacyFinder(importlib.abc.MetaPathFinder):
+class LegacyFinder:
   """Serves the legacy module paths of ``_names.MODULES`` (last resort)."""
 
   def find_spec(self, fullname, path=None, target=None):
-    entry = _names.MODULES_BY_LEGACY.get(fullname)
+    if not fullname.startswith(('flax.', 'jax.')):
+      return None  # sitecustomize probes etc.: never load the table for them
+    names = _names()
+    entry = names.MODULES_BY_LEGACY.get(fullname)
     if entry is not None:
+      import importlib.machinery  # pylint: disable=g-import-not-at-top
       return importlib.machinery.ModuleSpec(
           fullname, _AliasLoader(entry), is_package=True)
-    if _names.legacy_root(fullname):
-      raise LegacyNotProvidedError(_names.coverage_message(fullname),
+    if names.legacy_root(fullname):
+      raise LegacyNotProvidedError(names.coverage_message(fullname),
                                    name=fullname)
     return None
 
@@ -118,7 +127,7 @@ class LegacyFinder(importlib.abc.MetaPathFinder):
     pass
 
 
-class _FlaxLoader(importlib.abc.Loader):
+class _FlaxLoader:
   """Runs the real ``flax`` package, then lets it resolve legacy names."""
 
   def __init__(self, loader):
@@ -161,7 +170,7 @@ def add_flax_legacy_attributes(flax_module):
   namespace['__getattr__'] = __getattr__
 
 
-class FlaxAttributeFinder(importlib.abc.MetaPathFinder):
+class FlaxAttributeFinder:
   """Wraps the loader of the real ``flax`` package (and nothing else)."""
 
   def find_spec(self, fullname, path=None, target=None):
