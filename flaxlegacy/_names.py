@@ -199,7 +199,6 @@ _NN_SYMBOLS = (
     ('module_method', 'an ordinary method of a linen Module'),
     ('stateful', "linen variables + apply(..., mutable=['batch_stats'])"),
     ('get_state', 'linen Module.variable'),
-    ('is_stateful', "linen Module.is_mutable_collection('batch_stats')"),
     ('make_rng', "linen Module.make_rng('dropout')"),
     ('stochastic', "apply(..., rngs={'dropout': key})"),
     ('is_stochastic', "linen Module.has_rng('dropout')"),
@@ -245,21 +244,59 @@ _OPTIM_SYMBOLS = (
     ('DynamicScale', 'flax.training.dynamic_scale.DynamicScale'),
 )
 
+# Names reached through a legacy submodule (not exported at the top level).
+_NN_SUBMODULE_SYMBOLS = (
+    ('base.is_stateful', "linen Module.is_mutable_collection('batch_stats')"),
+    ('base.ModuleState', 'linen variables'),
+    ('base.TransparentModule', None),
+    ('base.TruncatedModule', 'capture_intermediates / Module.sow'),
+    ('attention.Cache', "linen attention's 'cache' collection (decode=True)"),
+    ('attention.make_padding_mask', 'flax.linen.make_attention_mask'),
+    ('pooling.pool', 'flax.linen.pooling.pool'),
+    ('recurrent.RNNCellBase', 'flax.linen.RNNCellBase'),
+    ('activation.normalize', 'jax.nn.standardize'),
+    ('linear.default_kernel_init', 'flax.linen.initializers.lecun_normal()'),
+    ('linear.default_embed_init',
+     "flax.linen.initializers.variance_scaling(1.0, 'fan_in', 'normal', "
+     'out_axis=0)'),
+    ('utils.CallStack', None),
+)
+
+# Activations re-exported at the top level of flax.nn (jax.nn functions).
+_NN_ACTIVATIONS = ('celu', 'elu', 'gelu', 'glu', 'leaky_relu', 'log_sigmoid',
+                   'log_softmax', 'relu', 'sigmoid', 'soft_sign', 'softmax',
+                   'softplus', 'swish', 'tanh', 'silu')
+
+# Private or version-specific names of legacy optim that user code and the
+# legacy tests touch (Decision D1: exported on the package too).
+_OPTIM_EXTRA = (
+    ('ReplicatedOptimizer', 'jax.pmap + lax.pmean on the gradients'),
+)
+
 _OPTIM_SINCE = {'Adagrad': 'v0.2', 'RMSProp': 'v0.2', 'LAMB': 'v0.2',
                 'DynamicScale': 'v0.2', 'Adafactor': 'v0.2.2',
                 'Adadelta': '0.3.1', 'AdaBelief': 'v0.3.5'}
 _NN_SINCE = {'ConvTranspose': 'v0.2', 'ConvLSTM': 'v0.2.2',
-             'OptimizedLSTMCell': '0.3.1'}
+             'OptimizedLSTMCell': '0.3.1', 'silu': '0.3.0'}
 
 
 def _symbols():
   out = {}
+  nn_names = list(_NN_SYMBOLS) + [
+      (a, f'jax.nn.{a}' if a != 'tanh' else 'jax.numpy.tanh')
+      for a in _NN_ACTIVATIONS]
   for prefix in ('flax.nn', 'flax.deprecated.nn'):
-    for name, modern in _NN_SYMBOLS:
+    for name, modern in nn_names:
       since = _NN_SINCE.get(name, 'v0.1.0rc2')
+      if prefix == 'flax.deprecated.nn':
+        since = 'v0.3.6'
       out[prefix + '.' + name] = Symbol(prefix + '.' + name, since, 'v0.3.6',
                                         modern)
-  for name, modern in _OPTIM_SYMBOLS:
+    for name, modern in _NN_SUBMODULE_SYMBOLS:
+      since = 'v0.3.6' if prefix == 'flax.deprecated.nn' else 'v0.1.0rc2'
+      out[prefix + '.' + name] = Symbol(prefix + '.' + name, since, 'v0.3.6',
+                                        modern)
+  for name, modern in _OPTIM_SYMBOLS + _OPTIM_EXTRA:
     since = _OPTIM_SINCE.get(name, 'v0.1.0rc2')
     out['flax.optim.' + name] = Symbol('flax.optim.' + name, since, 'v0.5.3',
                                        modern)
@@ -268,6 +305,13 @@ def _symbols():
     out[qual] = Symbol(qual, 'jax<' + alias.removed.split()[-1], alias.removed,
                        alias.modern)
   return out
+
+
+def top_level_names(package):
+  """The public top-level names the table lists for 'flax.nn' / 'flax.optim'."""
+  prefix = package + '.'
+  return sorted(k[len(prefix):] for k in SYMBOLS
+                if k.startswith(prefix) and '.' not in k[len(prefix):])
 
 
 SYMBOLS = _symbols()
