@@ -1,0 +1,315 @@
+"""Legacy ``flax.nn.linear``: Dense, DenseGeneral, Conv, ConvTranspose, Embed.
+
+Each layer creates its parameters through the legacy frame (legacy names,
+shapes, initializers and keys) and hands them to the linen layer that computes
+the same function; the linen layer gets ``dtype`` explicitly, which gives the
+legacy cast of inputs and parameters to the computation dtype.  ``Embed``'s
+lookup is the exception (see there).
+"""
+
+from collections.abc import Iterable  # pylint: disable=g-importing-member
+
+from flax import linen
+import jax.numpy as jnp
+import numpy as np
+
+from flaxlegacy.nn import _layer_util
+from flaxlegacy.nn import base
+from flaxlegacy.nn import initializers
+
+default_kernel_init = initializers.lecun_normal()
+
+default_embed_init = initializers.variance_scaling(
+    1.0, 'fan_in', 'normal', out_axis=0)
+
+_unused_init = _layer_util.unused_init
+
+
+def _as_tuple(x):
+  return tuple(x) if isinstance(x, Iterable) else (x,)
+
+
+def _normalize_axes(axes, ndim):
+  return tuple(ax if ax >= 0 else ndim + ax for ax in axes)
+
+
+class Dense(base.Module):
+  """A linear transformation applied over the last dimension of the input."""
+
+  def apply(self,
+            inputs,
+            features,
+            bias=True,
+            dtype=jnp.float32,
+            precision=None,
+            kernel_init=default_kernel_init,
+            bias_init=initializers.zeros):
+    """Applies ``inputs @ kernel + bias`` in ``dtype``.
+
+    Args:
+      inputs: the nd-array to transform (any number of leading batch dims).
+      features: the number of output features.
+      bias: whether to add a bias (default: True).
+      dtype: the dtype of the computation (default: float32).
+      precision: the ``lax.Precision`` of the matmul.
+      kernel_init: initializer of the ``(in_features, features)`` kernel.
+      bias_init: initializer of the ``(features,)`` bias.
+    Returns:
+      The transformed input.
+    """
+    params = {'kernel': self.param('kernel', (jnp.shape(inputs)[-1], features),
+                                   kernel_init)}
+    if bias:
+      params['bias'] = self.param('bias', (features,), bias_init)
+    layer = linen.Dense(features, use_bias=bias, dtype=dtype,
+                        precision=precision, kernel_init=_unused_init,
+                        bias_init=_unused_init, parent=None)
+    return _layer_util.linen_apply(layer, params, inputs)
+
+
+def _per_batch_slice(init, n_batch, flat_shape):
+  """Legacy DenseGeneral init: ``init`` once per batch slice, same key.
+
+  Legacy called the initializer on the 2-D (or 1-D) per-slice shape, once for
+  every element of the batch dims, each time with the same key, and
+  concatenated the results.  Linen's DenseGeneral calls it once on the
+  flattened batch*contracted shape instead (different values, larger fan-in),
+  so the legacy wrapper is kept here.
+  """
+  def wrapped(key, shape, dtype=jnp.float32):
+    size = int(np.prod(shape[:n_batch], dtype=np.int64))
+    parts = [init(key, flat_shape, dtype) for _ in range(size)]
+    return jnp.reshape(jnp.concatenate(parts, axis=0), shape)
+  return wrapped
+
+
+class DenseGeneral(base.Module):
+  """A linear transformation with flexible axes."""
+
+  def apply(self,
+            inputs,
+            features,
+            axis=-1,
+            batch_dims=(),
+            bias=True,
+            dtype=jnp.float32,
+            kernel_init=default_kernel_init,
+            bias_init=initializers.zeros,
+            precision=None):
+    """Contracts ``axis`` of the inputs with the kernel, batched over ``batch_dims``.
+
+    Args:
+      inputs: the nd-array to transform.
+      features: int or tuple of output feature sizes.
+      axis: int or tuple of input axes to contract.
+      batch_dims: int or tuple of leading batch axes (0, 1, ... in order).
+      bias: whether to add a bias (default: True).
+      dtype: the dtype of the computation (default: float32).
+      kernel_init: initializer of the kernel (called per batch slice).
+      bias_init: initializer of the bias (called per batch slice).
+      precision: the ``lax.Precision`` of the contraction.
+    Returns:
+      The transformed input: batch dims + remaining dims + features.
+    """
+    features, axis = _as_tuple(features), _as_tuple(axis)
+    batch_dims = _as_tuple(batch_dims)
+    if batch_dims:
+      max_dim = np.max(batch_dims)
+      if set(batch_dims) != set(range(max_dim + 1)):
+        raise _layer_util.layer_error(
+            self, ValueError, 'batch_dims %s must be consecutive leading '
+            'dimensions starting from 0.' % str(batch_dims))
+    shape = jnp.shape(inputs)
+    ndim = len(shape)
+    axis = _normalize_axes(axis, ndim)
+    batch_dims = _normalize_axes(batch_dims, ndim)
+    n_batch = len(batch_dims)
+    batch_shape = tuple(shape[ax] for ax in batch_dims)
+    contracted = tuple(shape[ax] for ax in axis)
+    flat_kernel = (int(np.prod(contracted, dtype=np.int64)),
+                   int(np.prod(features, dtype=np.int64)))
+    params = {'kernel': self.param(
+        'kernel', batch_shape + contracted + features,
+        _per_batch_slice(kernel_init, n_batch, flat_kernel))}
+    if bias:
+      params['bias'] = self.param(
+          'bias', batch_shape + features,
+          _per_batch_slice(bias_init, n_batch, flat_kernel[1:]))
+    layer = linen.DenseGeneral(features, axis=axis, batch_dims=batch_dims,
+                               use_bias=bias, dtype=dtype, precision=precision,
+                               kernel_init=_unused_init,
+                               bias_init=_unused_init, parent=None)
+    return _layer_util.linen_apply(layer, params, inputs)
+
+
+def _as_array(x):
+  # Legacy cast every input with jnp.asarray(x, dtype) first, so nested lists
+  # worked; arrays pass through untouched (the cast to dtype is linen's).
+  return x if hasattr(x, 'ndim') else jnp.asarray(x)
+
+
+def _kernel_size(kernel_size):
+  # 0.3.0+: an int means a 1-D kernel.  Sequences are accepted too (legacy
+  # needed a tuple because it concatenated it with one).
+  return (kernel_size,) if isinstance(kernel_size, int) else tuple(kernel_size)
+
+
+class Conv(base.Module):
+  """Convolution Module wrapping ``lax.conv_general_dilated``."""
+
+  def apply(self,
+            inputs,
+            features,
+            kernel_size,
+            strides=None,
+            padding='SAME',
+            input_dilation=None,
+            kernel_dilation=None,
+            feature_group_count=1,
+            bias=True,
+            dtype=jnp.float32,
+            precision=None,
+            kernel_init=default_kernel_init,
+            bias_init=initializers.zeros):
+    """Applies a channels-last convolution.
+
+    Args:
+      inputs: ``(batch, spatial..., in_features)``, or without the batch axis.
+      features: number of convolution filters.
+      kernel_size: tuple of spatial kernel sizes (an int for 1-D).
+      strides: sequence of strides (default: ones).
+      padding: ``'SAME'``, ``'VALID'`` or a ``(low, high)`` pair per spatial
+        dimension.
+      input_dilation: ``None`` or a sequence of input dilation factors.
+      kernel_dilation: ``None`` or a sequence of kernel dilation factors.
+      feature_group_count: number of feature groups (divides in_features).
+      bias: whether to add a bias (default: True).
+      dtype: the dtype of the computation (default: float32).
+      precision: the ``lax.Precision`` of the convolution.
+      kernel_init: initializer of the kernel.
+      bias_init: initializer of the bias.
+    Returns:
+      The convolved data.
+    """
+    kernel_size = _kernel_size(kernel_size)
+    inputs = _as_array(inputs)
+    in_features = inputs.shape[-1]
+    if in_features % feature_group_count != 0:
+      # Legacy: a bare ``assert`` (hence AssertionError).
+      raise _layer_util.layer_error(
+          self, AssertionError,
+          f'in_features ({in_features}) must be divisible by '
+          f'feature_group_count ({feature_group_count})')
+    params = {'kernel': self.param(
+        'kernel',
+        kernel_size + (in_features // feature_group_count, features),
+        kernel_init)}
+    if bias:
+      params['bias'] = self.param('bias', (features,), bias_init)
+    layer = linen.Conv(features, kernel_size, strides=strides, padding=padding,
+                       input_dilation=input_dilation,
+                       kernel_dilation=kernel_dilation,
+                       feature_group_count=feature_group_count, use_bias=bias,
+                       dtype=dtype, precision=precision,
+                       kernel_init=_unused_init, bias_init=_unused_init,
+                       parent=None)
+    return _layer_util.linen_apply(layer, params, inputs)
+
+
+class ConvTranspose(base.Module):
+  """Transposed convolution Module wrapping ``lax.conv_transpose``."""
+
+  def apply(self,
+            inputs,
+            features,
+            kernel_size,
+            strides=None,
+            padding='SAME',
+            kernel_dilation=None,
+            bias=True,
+            dtype=jnp.float32,
+            precision=None,
+            kernel_init=default_kernel_init,
+            bias_init=initializers.zeros):
+    """Applies a channels-last transposed convolution (``lax.conv_transpose``).
+
+    Args:
+      inputs: ``(batch, spatial..., in_features)``, or without the batch axis.
+      features: number of convolution filters.
+      kernel_size: tuple of spatial kernel sizes (an int for 1-D).
+      strides: sequence of strides (default: ones).
+      padding: ``'SAME'``, ``'VALID'`` or a ``(low, high)`` pair per spatial
+        dimension.
+      kernel_dilation: ``None`` or a sequence of kernel dilation factors.
+      bias: whether to add a bias (default: True).
+      dtype: the dtype of the computation (default: float32).
+      precision: the ``lax.Precision`` of the convolution.
+      kernel_init: initializer of the kernel.
+      bias_init: initializer of the bias.
+    Returns:
+      The convolved data.
+    """
+    kernel_size = _kernel_size(kernel_size)
+    inputs = _as_array(inputs)
+    params = {'kernel': self.param(
+        'kernel', kernel_size + (inputs.shape[-1], features),
+        kernel_init)}
+    if bias:
+      params['bias'] = self.param('bias', (features,), bias_init)
+    layer = linen.ConvTranspose(features, kernel_size, strides=strides or None,
+                                padding=padding,
+                                kernel_dilation=kernel_dilation,
+                                use_bias=bias, dtype=dtype,
+                                precision=precision, transpose_kernel=False,
+                                kernel_init=_unused_init,
+                                bias_init=_unused_init, parent=None)
+    return _layer_util.linen_apply(layer, params, inputs)
+
+
+class Embed(base.Module):
+  """Embedding Module: a parameterized map from integers to vectors."""
+
+  def apply(self,
+            inputs,
+            num_embeddings,
+            features,
+            embedding_init=default_embed_init):
+    """Looks up ``embedding[inputs]``.
+
+    Args:
+      inputs: integer array; all its dimensions are batch dimensions.
+      num_embeddings: number of embeddings (rows of the table).
+      features: size of each embedding.
+      embedding_init: initializer of the ``(num_embeddings, features)`` table.
+    Returns:
+      ``inputs.shape + (features,)`` rows of the table, in its dtype.
+    """
+    inputs = jnp.asarray(inputs)
+    if not jnp.issubdtype(inputs.dtype, jnp.integer):
+      raise _layer_util.layer_error(
+          self, ValueError,
+          'Input type must be an integer or unsigned integer.')
+    embedding = self.param('embedding', (num_embeddings, features),
+                           embedding_init)
+    # Not delegated: linen's Embed uses jnp.take, whose 'fill' mode returns
+    # NaN rows for ids >= num_embeddings.  Legacy indexed the table, which
+    # wraps negative ids once and clamps the rest into range; JAX indexing
+    # still does exactly that (jnp.take(mode='clip') would not wrap -1).
+    return embedding[inputs]
+
+  @base.module_method
+  def attend(self, query, **unused_kwargs):
+    """Dot products of ``query`` with every embedding (weight tying).
+
+    Args:
+      query: array whose last dimension is the embedding size.
+      **unused_kwargs: the apply arguments a partial/shared Embed forwards.
+    Returns:
+      ``query.shape[:-1] + (num_embeddings,)``.
+    """
+    del unused_kwargs
+    embedding = self.get_param('embedding')
+    layer = linen.Embed(embedding.shape[0], embedding.shape[1],
+                        embedding_init=_unused_init, parent=None)
+    return _layer_util.linen_apply(layer, {'embedding': embedding}, query,
+                                   method='attend')
