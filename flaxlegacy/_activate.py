@@ -213,6 +213,20 @@ def activate():
     _hook.install()
     _state['aliases'] = install_jax_aliases()
     _state['policies'] = apply_policies()
+    _install_dataset_hook()
+
+
+def _install_dataset_hook():
+  """Offline tfds.load('mnist') for legacy programs (flaxlegacy.datasets).
+
+  Cheap: it only waits for ``tensorflow_datasets`` to be imported.  It must
+  never break activation, hence the broad except.
+  """
+  try:
+    from flaxlegacy.datasets import tfds_hook  # pylint: disable=g-import-not-at-top
+    tfds_hook.install()
+  except Exception:  # pylint: disable=broad-except
+    logger.debug('flaxlegacy: dataset hook not installed', exc_info=True)
 
 
 def is_active():
