@@ -56,11 +56,8 @@ if editable_wheel is not None:
   class EditableWheelWithPth(editable_wheel):
     """PEP 660 editable wheels get the .pth as a top-level file too."""
 
-    def _create_wheel_file(self, bdist_wheel):
-      # The editable wheel is assembled from files in a staging folder;
-      # adding ours there makes pip install it into site-packages.
-      return super()._create_wheel_file(bdist_wheel)
-
+    # The editable wheel is assembled from a staging folder; a file placed
+    # at its top level is installed into site-packages.
     def _run_build_commands(self, dist_name, unpacked_wheel, build_lib,
                             tmp_dir):
       result = super()._run_build_commands(dist_name, unpacked_wheel,
