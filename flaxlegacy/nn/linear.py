@@ -135,6 +135,16 @@ class DenseGeneral(base.Module):
       params['bias'] = self.param(
           'bias', batch_shape + features,
           _per_batch_slice(bias_init, n_batch, flat_kernel[1:]))
+    # Legacy lays the kernel's contracted axes out in the order ``axis`` is
+    # given; linen sorts ``axis`` first.  For out-of-order axes the kernel
+    # is handed over transposed to linen's layout (XLA folds the transpose
+    # into the contraction).
+    order = sorted(range(len(axis)), key=lambda j: axis[j])
+    if order != list(range(len(axis))):
+      kernel = params['kernel']
+      params['kernel'] = jnp.transpose(
+          kernel, tuple(range(n_batch)) + tuple(n_batch + j for j in order) +
+          tuple(range(n_batch + len(axis), kernel.ndim)))
     layer = linen.DenseGeneral(features, axis=axis, batch_dims=batch_dims,
                                use_bias=bias, dtype=dtype, precision=precision,
                                kernel_init=_unused_init,
