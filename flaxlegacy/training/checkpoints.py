@@ -245,7 +245,9 @@ def _decode(data):
                      f'data: {type(e).__name__}{": " + str(e) if str(e) else ""})'
                      ) from None
   except ValueError as e:
-    if 'incomplete input' in str(e):
+    # msgpack says "incomplete input", or (for a container or a binary whose
+    # declared length exceeds the bytes left) "N exceeds max_..._len(M)".
+    if 'incomplete input' in str(e) or 'exceeds max_' in str(e):
       raise ValueError(
           f'the file is truncated ({len(data)} bytes end inside the msgpack '
           'data): its write was interrupted or it was copied partially'
@@ -298,12 +300,15 @@ def _check_against(template, state, path):
 def _restore_bytes(path, data, target, older, prefix):
   try:
     state = _decode(data)
-    if target is None:
-      return state
-    template = serialization.to_state_dict(target)
-    _check_against(template, state, '')
   except ValueError as e:
     raise CheckpointError(path, str(e), older, prefix) from None
+  if target is None:
+    return state
+  try:
+    _check_against(serialization.to_state_dict(target), state, '')
+  except ValueError as e:
+    raise CheckpointError(path, f'it does not match the target: {e}', older,
+                          prefix) from None
   try:
     return serialization.from_state_dict(target, state)
   except (ValueError, KeyError, TypeError, AttributeError, IndexError) as e:
