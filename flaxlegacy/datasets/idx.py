@@ -94,6 +94,7 @@ def find_mnist_files(directory):
   Raises:
     FileNotFoundError: naming the directory and every missing file.
   """
+  directory = os.fspath(directory)
   if not os.path.isdir(directory):
     raise FileNotFoundError(f'MNIST source directory {directory!r} does not '
                             'exist')

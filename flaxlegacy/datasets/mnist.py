@@ -17,7 +17,9 @@ Two sources:
   flaxlegacy's own data dir with a description that says it is a stand-in.
 """
 
+import contextlib
 import dataclasses
+import io
 import os
 import shutil
 import tempfile
@@ -117,7 +119,10 @@ def write_tfds(splits, data_dir, description=None):
   tfds.disable_progress_bar()
   builder = _builder_class(tfds)(splits=splits, description=description,
                                  data_dir=data_dir)
-  with tempfile.TemporaryDirectory(prefix='flaxlegacy_dl_') as download_dir:
+  # TFDS prints "Downloading and preparing dataset ..." to stdout; nothing
+  # is downloaded here, so that line would mislead.
+  with tempfile.TemporaryDirectory(prefix='flaxlegacy_dl_') as download_dir, \
+      contextlib.redirect_stdout(io.StringIO()):
     builder.download_and_prepare(
         download_dir=download_dir,
         download_config=tfds.download.DownloadConfig(try_download_gcs=False))
