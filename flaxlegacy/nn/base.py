@@ -30,7 +30,6 @@ import inspect
 from typing import Any
 import warnings
 
-from flax import jax_utils
 from flax import serialization
 from flax import struct
 import jax
@@ -66,9 +65,16 @@ def _str_hash(data):
   return np.uint32(int.from_bytes(digest[:4], byteorder='big'))
 
 
+# Jitted once: an eager ``jax.random.fold_in``/``split`` dispatches each of its
+# inner primitives separately (~1 ms); the jitted call is one dispatch.  Same
+# values; inside a trace they become one nested call.
+_fold_in = jax.jit(jax.random.fold_in)
+_split = jax.jit(jax.random.split)
+
+
 def _fold_in_str(rng, data):
   """Folds the string ``data`` into the key ``rng`` (legacy ``F(rng, s)``)."""
-  return jax.random.fold_in(rng, _str_hash(data))
+  return _fold_in(rng, _str_hash(data))
 
 
 # --- frames -----------------------------------------------------------------
@@ -383,7 +389,7 @@ class Module(metaclass=_ModuleMeta):
       with _stochastic(stochastic_rng):
         return cls.init(_rng, *inputs, *args, name=name, **kwargs)
 
-    return jax_utils.partial_eval_by_shape(lazy_init, specs)
+    return _eval_by_shape(lazy_init, specs)
 
   @classmethod
   def call(cls, params, *args, name=None, **kwargs):
@@ -472,7 +478,7 @@ class Module(metaclass=_ModuleMeta):
           break
       if init_frame is not None:
         with utils.eager_for(init_frame.rng):
-          init_frame.rng, key = jax.random.split(init_frame.rng)
+          init_frame.rng, key = _split(init_frame.rng)
           handle.value = initializer(key, shape)
     return handle
 
@@ -484,6 +490,42 @@ class Module(metaclass=_ModuleMeta):
     """Whether this invocation's own frame creates parameters."""
     _top_frame('is_initializing')
     return self._frame.rng is not None
+
+
+def _eval_by_shape(fn, specs):
+  """Evaluates ``fn`` on abstract inputs, keeping what does not need them.
+
+  The semantics of legacy ``jax_utils.partial_eval_by_shape``: every output
+  leaf computable without the input values comes back concrete (parameters,
+  keys, collection records), the others as ``jax.ShapeDtypeStruct``.  Done
+  here with ``jax.eval_shape`` while compile-time evaluation is on: each
+  operation whose operands are all concrete runs eagerly at trace time (at
+  eager speed, which JAX's partial evaluator does not reach for the many
+  small jitted random functions of an initialisation), operations on the
+  inputs are only traced.  Concrete leaves bypass ``eval_shape`` through a
+  side channel.
+  """
+  captured = []
+
+  def abstract_fn(*inputs):
+    with jax.ensure_compile_time_eval():
+      out = fn(*inputs)
+    leaves, treedef = jax.tree_util.tree_flatten(out)
+    # Tracers of this trace depend on the inputs; tracers of an enclosing
+    # trace (init_by_shape under jit) are values like any other.
+    own = {id(x._trace) for x in inputs}  # pylint: disable=protected-access
+    staged = [i for i, leaf in enumerate(leaves)
+              if isinstance(leaf, jax.core.Tracer) and id(leaf._trace) in own]  # pylint: disable=protected-access
+    captured.append((leaves, treedef, staged))
+    return [leaves[i] for i in staged]
+
+  structs = [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in specs]
+  abstract = jax.eval_shape(abstract_fn, *structs)
+  leaves, treedef, staged = captured[-1]
+  leaves = list(leaves)
+  for i, struct_ in zip(staged, abstract):
+    leaves[i] = jax.ShapeDtypeStruct(struct_.shape, struct_.dtype)
+  return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def _parse_input_specs(input_specs):
