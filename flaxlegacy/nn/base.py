@@ -686,7 +686,9 @@ class ModuleState:
 
   @value.setter
   def value(self, v):
-    state_dict = self._get_state_dict()
+    # A new dict is stored (legacy updated the stored one in place, so a
+    # write refused by an immutable collection still changed its contents).
+    state_dict = dict(self._get_state_dict())
     state_dict[self._name] = v
     self._collection.store(state_dict)
 
@@ -796,6 +798,11 @@ serialization.register_serialization_state(
 # --- Collection ----------------------------------------------------------------
 
 
+_OUT_OF_SCOPE = ('Trying to capture state outside the scope of this'
+                 ' Collection. Most likely due to passing around a shared'
+                 ' Module.')
+
+
 class Collection:
   """Values keyed by module path: module state, captured outputs, caches.
 
@@ -854,9 +861,7 @@ class Collection:
                        ' Consider using the value directly instead of'
                        ' storing it in a Collection.')
     if not frame.is_descendent_of(anchor):
-      raise ValueError('Trying to capture state outside the scope of this'
-                       ' Collection. Most likely due to passing around a'
-                       ' shared Module.')
+      raise ValueError(_OUT_OF_SCOPE)
     # Root rule: all writes must come from one top-level call below the
     # anchor, unless every top-level call writing here is named.
     root = self._find_root(frame)
@@ -883,8 +888,9 @@ class Collection:
     """Path of the executing module relative to the anchor."""
     frame = _module_stack[-1]
     anchor = self._anchor
-    assert frame is anchor or frame.is_descendent_of(anchor), (
-        'The executing module is outside the scope of this Collection.')
+    if frame is not anchor and not frame.is_descendent_of(anchor):
+      # (legacy: a bare assert on reads; writes raised this message)
+      raise ValueError(_OUT_OF_SCOPE)
     path = frame.path
     if anchor is not None:
       prefix = anchor.path
