@@ -92,11 +92,35 @@ def _is_remote(path):
   return bool(SCHEME_RE.match(path).group('scheme'))
 
 
+# Local paths use the os module directly (flax.io would route them through
+# TensorFlow's gfile whenever TensorFlow is installed); paths with a scheme
+# (gs://...) go through flax.io.
+
+
+def _exists(path):
+  return flax_io.exists(path) if _is_remote(path) else os.path.exists(path)
+
+
+def _isdir(path):
+  return flax_io.isdir(path) if _is_remote(path) else os.path.isdir(path)
+
+
 def _listdir(path):
   try:
-    return flax_io.listdir(path)
+    return flax_io.listdir(path) if _is_remote(path) else os.listdir(path)
   except (FileNotFoundError, NotADirectoryError, flax_io.NotFoundError):
     return []
+
+
+def _makedirs(path):
+  if _is_remote(path):
+    flax_io.makedirs(path)
+  elif path:
+    os.makedirs(path, exist_ok=True)
+
+
+def _open(path, mode):
+  return flax_io.GFile(path, mode) if _is_remote(path) else open(path, mode)
 
 
 def _checkpoint_files(ckpt_dir, prefix):
@@ -149,14 +173,23 @@ def _write_atomically(tmp_path, path, data, overwrite):
   _fsync_dir(os.path.dirname(path) or '.')
 
 
+def _is_orbax(path):
+  return _flax_checkpoints._is_orbax_checkpoint(path)  # pylint: disable=protected-access
+
+
 def _remove(path):
-  if flax_io.isdir(path):
-    if _flax_checkpoints._is_orbax_checkpoint(path):  # pylint: disable=protected-access
+  if _is_remote(path):
+    if flax_io.isdir(path):
       flax_io.rmtree(path)
     else:
+      flax_io.remove(path)
+  elif os.path.isdir(path):
+    if _is_orbax(path):
+      shutil.rmtree(path)
+    else:
       logging.warning('Not removing directory %s: not a checkpoint.', path)
-    return
-  flax_io.remove(path)
+  else:
+    os.remove(path)
 
 
 # --- save ----------------------------------------------------------------------
@@ -188,7 +221,7 @@ def save_checkpoint(ckpt_dir, target, step, prefix='checkpoint_', keep=1,
   logging.info('Saving checkpoint at step: %s', step)
   tmp_path = _checkpoint_path(ckpt_dir, _TMP, prefix)
   ckpt_path = _checkpoint_path(ckpt_dir, step, prefix)
-  flax_io.makedirs(os.path.dirname(ckpt_path))
+  _makedirs(os.path.dirname(ckpt_path))
 
   files = _checkpoint_files(ckpt_dir, prefix)
   if ckpt_path in files:
@@ -342,15 +375,14 @@ def restore_checkpoint(ckpt_dir, target, step=None, prefix='checkpoint_',
   ckpt_dir = safe_normpath(os.fspath(ckpt_dir))
   if step is not None:
     ckpt_path = _checkpoint_path(ckpt_dir, step, prefix)
-    if not flax_io.exists(ckpt_path):
+    if not _exists(ckpt_path):
       raise ValueError(f'Matching checkpoint not found: {ckpt_path}')
     base_dir = ckpt_dir
   else:
-    if not flax_io.exists(ckpt_dir):
+    if not _exists(ckpt_dir):
       logging.info('Found no checkpoint at %s', ckpt_dir)
       return target
-    if flax_io.isdir(ckpt_dir) and not _flax_checkpoints._is_orbax_checkpoint(  # pylint: disable=protected-access
-        ckpt_dir):
+    if _isdir(ckpt_dir) and not _is_orbax(ckpt_dir):
       ckpt_path = latest_checkpoint(ckpt_dir, prefix)
       if not ckpt_path:
         logging.info('Found no checkpoint files in %s', ckpt_dir)
@@ -360,8 +392,8 @@ def restore_checkpoint(ckpt_dir, target, step=None, prefix='checkpoint_',
       ckpt_path = ckpt_dir
       base_dir = os.path.dirname(ckpt_dir)
 
-  if flax_io.isdir(ckpt_path):
-    if _flax_checkpoints._is_orbax_checkpoint(ckpt_path):  # pylint: disable=protected-access
+  if _isdir(ckpt_path):
+    if _is_orbax(ckpt_path):
       # Written by today's Flax/Orbax: its reader is the one that knows it.
       return _flax_checkpoints.restore_checkpoint(ckpt_path, target)
     raise CheckpointError(ckpt_path, 'it is a directory, not a checkpoint '
@@ -370,6 +402,6 @@ def restore_checkpoint(ckpt_dir, target, step=None, prefix='checkpoint_',
   others = _checkpoint_files(base_dir, prefix)
   older = others[:others.index(ckpt_path)] if ckpt_path in others else others
   logging.info('Restoring checkpoint from %s', ckpt_path)
-  with flax_io.GFile(ckpt_path, 'rb') as f:
+  with _open(ckpt_path, 'rb') as f:
     data = f.read()
   return _restore_bytes(ckpt_path, data, target, older, prefix)
