@@ -809,11 +809,20 @@ def test_package_surface():
   for name in ('_mains', '_masters', '_trace_level', '_current_trace',
                '_level_of_value', 'CallStack', 'classproperty'):
     assert hasattr(utils, name), name
-  for name in ('Module', 'Model', 'Collection', 'capture_module_outputs',
-               'module', 'stateful', 'get_state', 'module_method', 'Dense',
-               'Conv', 'BatchNorm', 'LSTMCell', 'SelfAttention', 'relu',
-               'dropout', 'is_stochastic', 'max_pool', 'silu'):
+  top_level = (  # spec 1.2, v0.3.6
+      'Module Model Collection capture_module_outputs module stateful'
+      ' get_state module_method Dense DenseGeneral Conv ConvTranspose Embed'
+      ' BatchNorm LayerNorm GroupNorm max_pool avg_pool LSTMCell GRUCell'
+      ' ConvLSTM OptimizedLSTMCell dot_product_attention'
+      ' MultiHeadDotProductAttention SelfAttention make_rng stochastic dropout'
+      ' is_stochastic celu elu gelu glu leaky_relu log_sigmoid log_softmax'
+      ' relu sigmoid soft_sign softmax softplus swish tanh silu').split()
+  for name in top_level:
     assert hasattr(nn, name), name
+  for name in ('activation', 'attention', 'base', 'initializers', 'linear',
+               'normalization', 'pooling', 'recurrent', 'utils'):
+    assert type(getattr(nn, name)) is type(sys), name
+  assert nn.Module is base.Module and nn.Model is base.Model
 
 
 def test_collection_lookup_with_hand_made_frames():
