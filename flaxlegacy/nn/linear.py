@@ -10,6 +10,7 @@ lookup is the exception (see there).
 from collections.abc import Iterable  # pylint: disable=g-importing-member
 
 from flax import linen
+from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
@@ -164,6 +165,21 @@ def _kernel_size(kernel_size):
   return (kernel_size,) if isinstance(kernel_size, int) else tuple(kernel_size)
 
 
+def _string_padding_with_input_dilation(shape, kernel_size, strides,
+                                        kernel_dilation, padding):
+  """Explicit pads for ``'SAME'``/``'VALID'`` with ``input_dilation``.
+
+  JAX now rejects string padding together with input (lhs) dilation; the JAX
+  of legacy Flax accepted it and computed the pads from the *undilated*
+  input size and the dilated kernel size, which is reproduced here.
+  """
+  n = len(kernel_size)
+  spatial = shape[-n - 1:-1]
+  kernel_dilation = kernel_dilation or (1,) * n
+  effective = [(k - 1) * d + 1 for k, d in zip(kernel_size, kernel_dilation)]
+  return lax.padtype_to_pads(spatial, effective, strides or (1,) * n, padding)
+
+
 class Conv(base.Module):
   """Convolution Module wrapping ``lax.conv_general_dilated``."""
 
@@ -216,6 +232,9 @@ class Conv(base.Module):
         kernel_init)}
     if bias:
       params['bias'] = self.param('bias', (features,), bias_init)
+    if isinstance(padding, str) and input_dilation is not None:
+      padding = _string_padding_with_input_dilation(
+          inputs.shape, kernel_size, strides, kernel_dilation, padding)
     layer = linen.Conv(features, kernel_size, strides=strides, padding=padding,
                        input_dilation=input_dilation,
                        kernel_dilation=kernel_dilation,

@@ -93,13 +93,17 @@ class OptimizedLSTMCell(RNNCellBase):
   """LSTM cell with the kernels concatenated (parameters as ``LSTMCell``)."""
 
   class DummyDense(base.Module):
-    """Creates the parameters of a ``Dense`` child and returns them."""
+    """Creates the parameters of a ``Dense`` child and returns them.
+
+    Without ``bias`` the second value is ``None`` (legacy returned an unused
+    zeros vector: dead operations in every traced step).
+    """
 
     def apply(self, inputs, features, kernel_init, bias_init, bias=True):
       kernel = self.param('kernel', (inputs.shape[-1], features), kernel_init)
       if bias:
         return kernel, self.param('bias', (features,), bias_init)
-      return kernel, jnp.zeros((features,))
+      return kernel, None
 
   def apply(self, carry, inputs,
             gate_fn=activation.sigmoid, activation_fn=activation.tanh,
