@@ -40,10 +40,87 @@ from flaxlegacy.optim._traversal import _sorted_items  # noqa: F401  (legacy pri
 # --------------------------------------------------------------------------
 
 
-@struct.dataclass
+@dataclasses.dataclass(frozen=True)
 class OptimizerState:
+  """``(step, param_states)``: a frozen dataclass like legacy's
+  ``struct.dataclass`` (positional / keyword construction, ``replace``,
+  equality, state dict ``{'step', 'param_states'}``).
+
+  Only its pytree registration differs, for dispatch speed: the children
+  are ``step`` followed by the leaves of ``param_states`` in legacy order,
+  and the structure of ``param_states`` is kept as aux data.  Unflattening
+  (every jit / pmap output) therefore builds no per-parameter state objects;
+  ``param_states`` is rebuilt on first access (inside jit that is trace
+  time only).  A Momentum state of 160 parameters otherwise costs 160
+  Python dataclass constructions on every call of a jitted train step.
+  """
   step: Any
   param_states: Any
+
+  def replace(self, **updates):
+    return dataclasses.replace(self, **updates)
+
+  def __getattr__(self, name):
+    # Only reached when normal lookup fails: a state unflattened by JAX
+    # whose param_states has not been rebuilt yet.
+    if name == 'param_states':
+      lazy = self.__dict__.get('_lazy')
+      if lazy is not None:
+        treedef, children = lazy
+        value = treedef.unflatten(children[1:])
+        object.__setattr__(self, 'param_states', value)
+        return value
+    raise AttributeError(
+        f'{type(self).__name__!r} object has no attribute {name!r}')
+
+
+def _state_flatten(state):
+  d = state.__dict__
+  if 'param_states' not in d:
+    treedef, children = d['_lazy']
+    return children, treedef
+  leaves, treedef = jax.tree_util.tree_flatten(d['param_states'])
+  return (d['step'], *leaves), treedef
+
+
+def _state_unflatten(treedef, children):
+  state = object.__new__(OptimizerState)
+  children = tuple(children)
+  object.__setattr__(state, 'step', children[0])
+  object.__setattr__(state, '_lazy', (treedef, children))
+  return state
+
+
+jax.tree_util.register_pytree_node(OptimizerState, _state_flatten,
+                                   _state_unflatten)
+
+
+def _state_to_state_dict(state):
+  return {'step': serialization.to_state_dict(state.step),
+          'param_states': serialization.to_state_dict(state.param_states)}
+
+
+def _state_from_state_dict(state, state_dict):
+  for name in ('step', 'param_states'):
+    if name not in state_dict:
+      raise ValueError(f'Missing field {name} in state dict while restoring '
+                       'an instance of OptimizerState, at path '
+                       f'{serialization.current_path()}')
+  unknown = set(state_dict) - {'step', 'param_states'}
+  if unknown:
+    raise ValueError(f'Unknown field(s) "{",".join(sorted(unknown))}" in '
+                     'state dict while restoring an instance of '
+                     f'OptimizerState at path {serialization.current_path()}')
+  return state.replace(
+      step=serialization.from_state_dict(state.step, state_dict['step'],
+                                         name='step'),
+      param_states=serialization.from_state_dict(
+          state.param_states, state_dict['param_states'],
+          name='param_states'))
+
+
+serialization.register_serialization_state(
+    OptimizerState, _state_to_state_dict, _state_from_state_dict)
 
 
 def _initial_step():
@@ -62,15 +139,23 @@ def _as_array(x):
   return x if isinstance(x, jax.Array) else jnp.asarray(x)
 
 
+def _short(text, limit=240):
+  text = str(text)
+  return text if len(text) <= limit else text[:limit] + '...'
+
+
 def _flatten_like(treedef, tree, what):
   """``treedef.flatten_up_to(tree)`` with an error that names the problem."""
   try:
     return treedef.flatten_up_to(tree)
   except (ValueError, TypeError) as e:
+    got = jax.tree_util.tree_structure(tree)
     raise ValueError(
-        f'The {what} tree does not match the optimizer target: expected '
-        f'structure {treedef}, got {jax.tree_util.tree_structure(tree)} '
-        f'({e})') from e
+        f'The {what} tree does not match the optimizer target '
+        f'({treedef.num_leaves} leaves): expected structure '
+        f'{_short(treedef)}, got {type(tree).__name__} with '
+        f'{got.num_leaves} leaves, structure {_short(got)}. '
+        f'JAX: {_short(str(e).splitlines()[0] if str(e) else e)}') from e
 
 
 def _replace_hyper_params(owner, hp, overrides):
