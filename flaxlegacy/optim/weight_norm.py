@@ -75,6 +75,11 @@ class WeightNorm(OptimizerDef):
         params, state.param_states['direction'],
         state.param_states['scale'], scales))
 
+  def init_param_state(self, param):
+    # Legacy WeightNorm had none, so it could not be a MultiOptimizer
+    # sub-optimizer in the v0.3.3+ layout (whose init asks each leaf).
+    return self.init_state(param).param_states
+
   def apply_gradient(self, hyper_params, params, state, grads):
     p_leaves, treedef = jax.tree_util.tree_flatten(params)
     s_leaves = _flatten_like(treedef, state.param_states,
