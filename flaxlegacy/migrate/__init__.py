@@ -1,0 +1,45 @@
+"""From legacy ``flax.nn`` / ``flax.optim`` to linen + optax, gradually.
+
+* ``to_train_state(optimizer)`` / ``from_train_state``: a legacy Optimizer as
+  a ``flax.training.train_state.TrainState`` and back (train_state.py).
+* ``LegacyModule`` (a legacy module inside linen) and ``LinenModule`` (a
+  linen module inside a legacy one), with ``legacy_variables`` (bridge.py).
+* ``linen_params``, ``batch_stats_from_collection``,
+  ``collection_from_batch_stats``: legacy -> linen names (names.py).
+* ``convert_checkpoint`` / ``flaxlegacy convert CKPT OUT``: a legacy
+  checkpoint as a TrainState checkpoint (convert.py).
+* ``flaxlegacy check PATH``: the scanner (check.py).
+
+The walk-through is docs/migration.md.  Attributes load lazily, so
+``flaxlegacy check`` does not import JAX.
+"""
+
+import importlib
+
+_EXPORTS = {
+    'to_train_state': 'train_state',
+    'from_train_state': 'train_state',
+    'TrainState': 'train_state',
+    'LegacyModule': 'bridge',
+    'LinenModule': 'bridge',
+    'legacy_variables': 'bridge',
+    'linen_variables_in_legacy': 'bridge',
+    'linen_params': 'names',
+    'batch_stats_from_collection': 'names',
+    'collection_from_batch_stats': 'names',
+    'convert_checkpoint': 'convert',
+    'legacy_to_train_state': 'convert',
+    'modern_optax': 'convert',
+    'transplant_state': 'convert',
+    'ConversionError': 'convert',
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+  if name in _EXPORTS:
+    module = importlib.import_module(f'flaxlegacy.migrate.{_EXPORTS[name]}')
+    return getattr(module, name)
+  raise AttributeError(f"module 'flaxlegacy.migrate' has no attribute "
+                       f'{name!r}')
