@@ -71,34 +71,35 @@ def _with_decay(wd, tx):
 def _modern_table():
   import optax  # pylint: disable=g-import-not-at-top
   return {
-      'GradientDescent': lambda hp: optax.sgd(_lr(hp)),
-      'Momentum': lambda hp: _with_decay(hp.weight_decay, optax.sgd(
+      'GradientDescent': lambda hp, d: optax.sgd(_lr(hp)),
+      'Momentum': lambda hp, d: _with_decay(hp.weight_decay, optax.sgd(
           _lr(hp), momentum=hp.beta, nesterov=hp.nesterov)),
-      'Adam': lambda hp: (
+      'Adam': lambda hp, d: (
           optax.adamw(_lr(hp), b1=hp.beta1, b2=hp.beta2, eps=hp.eps,
                       weight_decay=hp.weight_decay) if hp.weight_decay else
           optax.adam(_lr(hp), b1=hp.beta1, b2=hp.beta2, eps=hp.eps)),
-      'Adagrad': lambda hp: optax.adagrad(_lr(hp), initial_accumulator_value=0.,
-                                          eps=hp.eps),
-      'RMSProp': lambda hp: optax.rmsprop(_lr(hp), decay=hp.beta2, eps=hp.eps,
-                                          centered=hp.centered),
-      'LAMB': lambda hp: optax.lamb(_lr(hp), b1=hp.beta1, b2=hp.beta2,
-                                    eps=hp.eps, weight_decay=hp.weight_decay),
-      'LARS': lambda hp: optax.lars(
+      'Adagrad': lambda hp, d: optax.adagrad(
+          _lr(hp), initial_accumulator_value=0., eps=hp.eps),
+      'RMSProp': lambda hp, d: optax.rmsprop(
+          _lr(hp), decay=hp.beta2, eps=hp.eps, centered=hp.centered),
+      'LAMB': lambda hp, d: optax.lamb(
+          _lr(hp), b1=hp.beta1, b2=hp.beta2, eps=hp.eps,
+          weight_decay=hp.weight_decay),
+      'LARS': lambda hp, d: optax.lars(
           _lr(hp), weight_decay=hp.weight_decay,
           trust_coefficient=hp.trust_coefficient, eps=hp.eps,
           momentum=hp.beta, nesterov=hp.nesterov),
-      'Adafactor': lambda hp: optax.adafactor(
+      'Adafactor': lambda hp, d: optax.adafactor(
           hp.learning_rate, min_dim_size_to_factor=hp.min_dim_size_to_factor,
           decay_rate=hp.decay_rate, decay_offset=hp.step_offset,
           multiply_by_parameter_scale=hp.multiply_by_parameter_scale,
           clipping_threshold=hp.clipping_threshold, momentum=hp.beta1,
-          dtype_momentum=hp.dtype_momentum,
+          dtype_momentum=d.dtype_momentum,
           weight_decay_rate=hp.weight_decay_rate, eps=hp.epsilon1,
           factored=hp.factored),
-      'Adadelta': lambda hp: optax.adadelta(_lr(hp), rho=hp.rho, eps=hp.eps,
-                                            weight_decay=hp.weight_decay),
-      'AdaBelief': lambda hp: _with_decay(hp.weight_decay, optax.adabelief(
+      'Adadelta': lambda hp, d: optax.adadelta(
+          _lr(hp), rho=hp.rho, eps=hp.eps, weight_decay=hp.weight_decay),
+      'AdaBelief': lambda hp, d: _with_decay(hp.weight_decay, optax.adabelief(
           _lr(hp), b1=hp.beta1, b2=hp.beta2, eps=hp.eps)),
   }
 
@@ -119,7 +120,7 @@ def modern_optax(optimizer_def):
         f'{name} has no modern optax equivalent with the same state; convert '
         'with legacy numerics (--legacy-numerics / legacy_numerics=True), '
         'whose state is that of optimizer_def.as_optax().')
-  return table[name](optimizer_def.hyper_params)
+  return table[name](optimizer_def.hyper_params, optimizer_def)
 
 
 # --- optax state transplant ---------------------------------------------------------
