@@ -25,7 +25,7 @@ import train
 
 EPOCH = re.compile(r'epoch \d+  train loss: .*$')
 PROCESS = re.compile(r'process (\d+) of (\d+), (\d+) local devices of (\d+)$')
-ARGS = ['--num_epochs=1']
+ARGS = ['--num_epochs=1', '--batch_size=32']
 
 
 def leaves(tree):

@@ -24,7 +24,8 @@ def main():
   assert devices == 8, f'expected 8 CPU devices, got {devices}'
   smoke_lib.cap_datasets(train)
   tests = smoke_lib.run_example_tests()
-  (optimizer, accuracy), lines = smoke_lib.run_main(train, ['--num_epochs=1'])
+  (optimizer, accuracy), lines = smoke_lib.run_main(
+      train, ['--num_epochs=1', '--batch_size=32'])
 
   epochs = [EPOCH.match(l) for l in lines if EPOCH.match(l)]
   assert [int(m.group(1)) for m in epochs] == [1], '\n'.join(lines)

@@ -29,7 +29,7 @@ def main():
   smoke_lib.cap_datasets(train)
   tests = smoke_lib.run_example_tests()
   (optimizer, model_ema, accuracy), lines = smoke_lib.run_main(
-      train, ['--num_epochs=2', '--ema_decay=0.9'])
+      train, ['--num_epochs=2', '--ema_decay=0.9', '--batch_size=32'])
 
   epochs = [EPOCH.match(l) for l in lines if EPOCH.match(l)]
   assert [int(m.group(1)) for m in epochs] == [1, 2], (

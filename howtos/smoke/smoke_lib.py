@@ -21,8 +21,8 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 
-MAX_TRAIN = 1280
-MAX_TEST = 320
+MAX_TRAIN = 512
+MAX_TEST = 256
 
 
 def cap_datasets(module, max_train=MAX_TRAIN, max_test=MAX_TEST):
@@ -76,7 +76,10 @@ def run_main(module, argv, program='train.py'):
   logger = logging.getLogger('absl')
   logger.addHandler(lines)
   module.train = recording_train
-  FLAGS.unparse_flags()  # each run starts from the flags' defaults
+  # Each run starts from the defaults of the program's flags (all flags
+  # would reset absl's --verbosity too, to a level that hides INFO lines).
+  for flag in FLAGS.get_flags_for_module(module):
+    flag.unparse()
   try:
     app.run(module.main, argv=[program] + list(argv))
   except SystemExit as e:
