@@ -1,20 +1,21 @@
 """Legacy ``flax.nn.linear``: Dense, DenseGeneral, Conv, ConvTranspose, Embed.
 
 Each layer creates its parameters through the legacy frame (legacy names,
-shapes, initializers and keys) and hands them to the linen layer that computes
-the same function; the linen layer gets ``dtype`` explicitly, which gives the
-legacy cast of inputs and parameters to the computation dtype.  ``Embed``'s
-lookup is the exception (see there).
+shapes, initializers and keys) and hands them to the computation of the linen
+layer that computes the same function (``_linen_ops``: linen's own code path,
+pinned to linen's jaxpr by the tests).  It passes ``dtype`` explicitly, which
+gives the legacy cast of inputs and parameters to the computation dtype.
+``Embed``'s lookup is the exception (see there).
 """
 
 from collections.abc import Iterable  # pylint: disable=g-importing-member
 
-from flax import linen
 from jax import lax
 import jax.numpy as jnp
 import numpy as np
 
 from flaxlegacy.nn import _layer_util
+from flaxlegacy.nn import _linen_ops
 from flaxlegacy.nn import base
 from flaxlegacy.nn import initializers
 
@@ -22,9 +23,6 @@ default_kernel_init = initializers.lecun_normal()
 
 default_embed_init = initializers.variance_scaling(
     1.0, 'fan_in', 'normal', out_axis=0)
-
-_unused_init = _layer_util.unused_init
-
 
 def _as_tuple(x):
   return tuple(x) if isinstance(x, Iterable) else (x,)
@@ -58,14 +56,10 @@ class Dense(base.Module):
     Returns:
       The transformed input.
     """
-    params = {'kernel': self.param('kernel', (jnp.shape(inputs)[-1], features),
-                                   kernel_init)}
-    if bias:
-      params['bias'] = self.param('bias', (features,), bias_init)
-    layer = linen.Dense(features, use_bias=bias, dtype=dtype,
-                        precision=precision, kernel_init=_unused_init,
-                        bias_init=_unused_init, parent=None)
-    return _layer_util.linen_apply(layer, params, inputs)
+    kernel = self.param('kernel', (jnp.shape(inputs)[-1], features),
+                        kernel_init)
+    bias = self.param('bias', (features,), bias_init) if bias else None
+    return _linen_ops.dense(inputs, kernel, bias, dtype, precision)
 
 
 def _per_batch_slice(init, n_batch, flat_shape):
@@ -129,34 +123,31 @@ class DenseGeneral(base.Module):
     contracted = tuple(shape[ax] for ax in axis)
     flat_kernel = (int(np.prod(contracted, dtype=np.int64)),
                    int(np.prod(features, dtype=np.int64)))
-    params = {'kernel': self.param(
-        'kernel', batch_shape + contracted + features,
-        _per_batch_slice(kernel_init, n_batch, flat_kernel))}
+    kernel = self.param('kernel', batch_shape + contracted + features,
+                        _per_batch_slice(kernel_init, n_batch, flat_kernel))
     if bias:
-      params['bias'] = self.param(
-          'bias', batch_shape + features,
-          _per_batch_slice(bias_init, n_batch, flat_kernel[1:]))
-    # Legacy lays the kernel's contracted axes out in the order ``axis`` is
-    # given; linen sorts ``axis`` first.  For out-of-order axes the kernel
-    # is handed over transposed to linen's layout (XLA folds the transpose
-    # into the contraction).
-    order = sorted(range(len(axis)), key=lambda j: axis[j])
-    if order != list(range(len(axis))):
-      kernel = params['kernel']
-      params['kernel'] = jnp.transpose(
-          kernel, tuple(range(n_batch)) + tuple(n_batch + j for j in order) +
-          tuple(range(n_batch + len(axis), kernel.ndim)))
-    layer = linen.DenseGeneral(features, axis=axis, batch_dims=batch_dims,
-                               use_bias=bias, dtype=dtype, precision=precision,
-                               kernel_init=_unused_init,
-                               bias_init=_unused_init, parent=None)
-    return _layer_util.linen_apply(layer, params, inputs)
+      bias = self.param('bias', batch_shape + features,
+                        _per_batch_slice(bias_init, n_batch, flat_kernel[1:]))
+    else:
+      bias = None
+    # ``axis`` in the caller's order: the kernel's contracted axes are laid
+    # out that way (linen sorts ``axis``; same computation when sorted).
+    return _linen_ops.dense_general(inputs, kernel, bias, axis, batch_dims,
+                                    features, dtype, precision)
 
 
 def _as_array(x):
   # Legacy cast every input with jnp.asarray(x, dtype) first, so nested lists
   # worked; arrays pass through untouched (the cast to dtype is linen's).
   return x if hasattr(x, 'ndim') else jnp.asarray(x)
+
+
+def _padding(padding):
+  # Legacy handed padding to lax as given, so pairs may be lists; linen's
+  # canonicalize_padding wants tuples.
+  if isinstance(padding, str):
+    return padding
+  return [tuple(p) if isinstance(p, (list, tuple)) else p for p in padding]
 
 
 def _kernel_size(kernel_size):
@@ -226,23 +217,17 @@ class Conv(base.Module):
           self, AssertionError,
           f'in_features ({in_features}) must be divisible by '
           f'feature_group_count ({feature_group_count})')
-    params = {'kernel': self.param(
+    kernel = self.param(
         'kernel',
         kernel_size + (in_features // feature_group_count, features),
-        kernel_init)}
-    if bias:
-      params['bias'] = self.param('bias', (features,), bias_init)
+        kernel_init)
+    bias = self.param('bias', (features,), bias_init) if bias else None
     if isinstance(padding, str) and input_dilation is not None:
       padding = _string_padding_with_input_dilation(
           inputs.shape, kernel_size, strides, kernel_dilation, padding)
-    layer = linen.Conv(features, kernel_size, strides=strides, padding=padding,
-                       input_dilation=input_dilation,
-                       kernel_dilation=kernel_dilation,
-                       feature_group_count=feature_group_count, use_bias=bias,
-                       dtype=dtype, precision=precision,
-                       kernel_init=_unused_init, bias_init=_unused_init,
-                       parent=None)
-    return _layer_util.linen_apply(layer, params, inputs)
+    return _linen_ops.conv(inputs, kernel, bias, kernel_size, strides,
+                           _padding(padding), input_dilation, kernel_dilation,
+                           feature_group_count, dtype, precision)
 
 
 class ConvTranspose(base.Module):
@@ -280,19 +265,13 @@ class ConvTranspose(base.Module):
     """
     kernel_size = _kernel_size(kernel_size)
     inputs = _as_array(inputs)
-    params = {'kernel': self.param(
-        'kernel', kernel_size + (inputs.shape[-1], features),
-        kernel_init)}
-    if bias:
-      params['bias'] = self.param('bias', (features,), bias_init)
-    layer = linen.ConvTranspose(features, kernel_size, strides=strides or None,
-                                padding=padding,
-                                kernel_dilation=kernel_dilation,
-                                use_bias=bias, dtype=dtype,
-                                precision=precision, transpose_kernel=False,
-                                kernel_init=_unused_init,
-                                bias_init=_unused_init, parent=None)
-    return _layer_util.linen_apply(layer, params, inputs)
+    kernel = self.param('kernel', kernel_size + (inputs.shape[-1], features),
+                        kernel_init)
+    bias = self.param('bias', (features,), bias_init) if bias else None
+    # Legacy: any falsy ``strides`` (None, ()) means ones.
+    return _linen_ops.conv_transpose(inputs, kernel, bias, kernel_size,
+                                     strides or None, _padding(padding),
+                                     kernel_dilation, dtype, precision)
 
 
 class Embed(base.Module):
@@ -337,8 +316,4 @@ class Embed(base.Module):
       ``query.shape[:-1] + (num_embeddings,)``.
     """
     del unused_kwargs
-    embedding = self.get_param('embedding')
-    layer = linen.Embed(embedding.shape[0], embedding.shape[1],
-                        embedding_init=_unused_init, parent=None)
-    return _layer_util.linen_apply(layer, {'embedding': embedding}, query,
-                                   method='attend')
+    return _linen_ops.embed_attend(query, self.get_param('embedding'))

@@ -9,17 +9,16 @@ named ``Dense``/``Conv`` children (``ii``, ``hf``, ``ih`` ...), so parameter
 trees, keys and the outputs that ``capture_module_outputs``/``truncate_at``
 see at those paths are legacy's; every matmul/convolution is therefore the
 linen layer's, and the gate equations are the lines linen's cells evaluate.
-``OptimizedLSTMCell`` whose children only create parameters is delegated
-whole to linen's ``OptimizedLSTMCell``.
+``OptimizedLSTMCell``, whose children only create parameters, runs linen's
+``OptimizedLSTMCell`` computation (``_linen_ops.optimized_lstm``).
 """
 
 import abc
 
-from flax import linen
 from jax import random
 import jax.numpy as jnp
 
-from flaxlegacy.nn import _layer_util
+from flaxlegacy.nn import _linen_ops
 from flaxlegacy.nn import activation
 from flaxlegacy.nn import base
 from flaxlegacy.nn import initializers
@@ -123,24 +122,22 @@ class OptimizedLSTMCell(RNNCellBase):
     Returns:
       ``((c', h'), h')``.
     """
-    c, h = carry
+    _, h = carry
     hidden = h.shape[-1]
-    params = {}
+    input_kernels, hidden_kernels, hidden_biases = [], [], []
     for gate in 'ifgo':
       kernel, _ = OptimizedLSTMCell.DummyDense(
           inputs, hidden, kernel_init, bias_init, bias=False,
           name='i' + gate)
-      params['i' + gate] = {'kernel': kernel}
+      input_kernels.append(kernel)
       kernel, bias = OptimizedLSTMCell.DummyDense(
           h, hidden, recurrent_kernel_init, bias_init, bias=True,
           name='h' + gate)
-      params['h' + gate] = {'kernel': kernel, 'bias': bias}
-    cell = linen.OptimizedLSTMCell(
-        hidden, gate_fn=gate_fn, activation_fn=activation_fn,
-        kernel_init=_layer_util.unused_init,
-        recurrent_kernel_init=_layer_util.unused_init,
-        bias_init=_layer_util.unused_init, parent=None)
-    return _layer_util.linen_apply(cell, params, carry, inputs)
+      hidden_kernels.append(kernel)
+      hidden_biases.append(bias)
+    return _linen_ops.optimized_lstm(carry, inputs, input_kernels,
+                                     hidden_kernels, hidden_biases, gate_fn,
+                                     activation_fn)
 
   @staticmethod
   def initialize_carry(rng, batch_dims, size, init_fn=initializers.zeros):
