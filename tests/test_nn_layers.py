@@ -1,9 +1,10 @@
 """Legacy flax.nn layers: they cost what linen costs, and keep legacy semantics.
 
-* Lowering: a layer that delegates to linen traces to the *same jaxpr* as the
-  linen layer fed the same parameters (so under jit it compiles to the same
-  HLO); the layers written out (normalisations) have linen's operations minus
-  the variance clip.
+* Lowering: a layer that borrows linen's arithmetic (flaxlegacy/nn/_linen_ops,
+  linen.dot_product_attention, linen.pooling) traces to the *same jaxpr* as the
+  linen layer's ``apply`` fed the same parameters, so under jit it compiles to
+  the same HLO; the layers written out (normalisations) have linen's
+  operations minus the variance clip.
 * Legacy-only behaviour that linen lacks (Embed clamping, unclipped variance,
   GroupNorm param shapes, multi-axis attention, legacy masks, the decoding
   Cache, pooling pads, recurrent composition) against small oracles.
@@ -102,6 +103,13 @@ LOWERING_CASES = {
                             padding=[(0, 0)] * 3),
         [_x(1, 4, 4, 4, 2)], features=2, kernel_size=(2, 2, 2),
         input_dilation=(2, 1, 1), padding='VALID'),
+    'conv_list_padding_pairs': lambda: _module_case(
+        nn.Conv, linen.Conv(4, (3, 3), padding=[(1, 2), (0, 1)]),
+        [_x(2, 6, 6, 3)], features=4, kernel_size=(3, 3),
+        padding=[[1, 2], [0, 1]]),
+    'conv_transpose_1d_valid_unbatched': lambda: _module_case(
+        nn.ConvTranspose, linen.ConvTranspose(4, (3,), padding='VALID'),
+        [_x(8, 3)], features=4, kernel_size=3, padding='VALID'),
     'conv_transpose': lambda: _module_case(
         nn.ConvTranspose, linen.ConvTranspose(4, (3, 3), strides=(2, 2)),
         [_x(2, 5, 5, 3)], features=4, kernel_size=(3, 3), strides=(2, 2)),
