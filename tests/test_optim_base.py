@@ -321,6 +321,39 @@ def test_user_written_optimizer_def():
   np.testing.assert_allclose(focused.target['dense']['kernel'], 0.9)
 
 
+class _ClippedAdam(optim.Adam):
+  """A 2020-style tweak of a built-in rule: override the per-leaf hook and
+  call the legacy rule through super()."""
+
+  def apply_param_gradient(self, step, hyper_params, param, state, grad):
+    return super().apply_param_gradient(step, hyper_params, param, state,
+                                        jnp.clip(grad, -0.1, 0.1))
+
+
+class _OnesMomentum(optim.Momentum):
+
+  def init_param_state(self, param):
+    return optim._MomentumParamState(jnp.ones_like(param))
+
+
+def test_subclass_of_builtin_keeps_its_hook_overrides():
+  grads = jax.tree_util.tree_map(lambda p: jnp.full_like(p, 5.), PARAMS)
+  clipped = jax.jit(lambda o, g: o.apply_gradient(g))(
+      _ClippedAdam(0.1).create(PARAMS), grads)
+  ref = optim.Adam(0.1).create(PARAMS).apply_gradient(
+      jax.tree_util.tree_map(lambda g: jnp.clip(g, -0.1, 0.1), grads))
+  np.testing.assert_allclose(clipped.target['dense']['kernel'],
+                             ref.target['dense']['kernel'], rtol=1e-6)
+  np.testing.assert_allclose(
+      clipped.state.param_states['dense']['bias'].grad_ema, 0.01, rtol=1e-6)
+  ones = _OnesMomentum(0.1, beta=0.5).create(PARAMS)
+  np.testing.assert_array_equal(
+      ones.state.param_states['dense']['kernel'].momentum, 1.)
+  new = ones.apply_gradient(jax.tree_util.tree_map(jnp.zeros_like, PARAMS))
+  np.testing.assert_allclose(new.state.param_states['dense']['kernel']
+                             .momentum, 0.5)
+
+
 def test_abstract_hooks_raise():
   with pytest.raises(NotImplementedError):
     optim.OptimizerDef(None).init_param_state(jnp.ones(2))
