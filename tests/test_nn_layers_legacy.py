@@ -48,12 +48,48 @@ def test_top_level_activations_and_tanh():
   assert nn.tanh is jnp.tanh and nn.activation.tanh is jnp.tanh
 
 
-@pytest.mark.parametrize('name', [
-    'delta_orthogonal', 'kaiming_normal', 'kaiming_uniform', 'lecun_normal',
-    'lecun_uniform', 'normal', 'ones', 'orthogonal', 'uniform',
-    'variance_scaling', 'xavier_normal', 'xavier_uniform', 'zeros'])
-def test_initializers_are_the_jax_functions(name):
-  assert getattr(nn.initializers, name) is getattr(jax.nn.initializers, name)
+INITIALIZER_CASES = [
+    # (legacy factory call, JAX equivalent, shape)
+    (lambda: nn.initializers.zeros, lambda: jax.nn.initializers.zeros, (2, 3)),
+    (lambda: nn.initializers.ones, lambda: jax.nn.initializers.ones, (2, 3)),
+    (lambda: nn.initializers.uniform(0.1),
+     lambda: jax.nn.initializers.uniform(0.1), (2, 3)),
+    (lambda: nn.initializers.normal(0.3),
+     lambda: jax.nn.initializers.normal(0.3), (2, 3)),
+    (lambda: nn.initializers.variance_scaling(2., 'fan_out', 'normal', 0, 1),
+     lambda: jax.nn.initializers.variance_scaling(2., 'fan_out', 'normal', 0,
+                                                  1), (3, 4)),
+    (lambda: nn.initializers.lecun_normal(),
+     lambda: jax.nn.initializers.lecun_normal(), (3, 4)),
+    (lambda: nn.initializers.lecun_uniform(),
+     lambda: jax.nn.initializers.lecun_uniform(), (3, 4)),
+    (lambda: nn.initializers.xavier_normal(),
+     lambda: jax.nn.initializers.glorot_normal(), (3, 4)),
+    (lambda: nn.initializers.xavier_uniform(),
+     lambda: jax.nn.initializers.glorot_uniform(), (3, 4)),
+    (lambda: nn.initializers.kaiming_normal(),
+     lambda: jax.nn.initializers.he_normal(), (3, 4)),
+    (lambda: nn.initializers.kaiming_uniform(),
+     lambda: jax.nn.initializers.he_uniform(), (3, 4)),
+    (lambda: nn.initializers.orthogonal(2.),
+     lambda: jax.nn.initializers.orthogonal(2.), (3, 4)),
+    (lambda: nn.initializers.delta_orthogonal(),
+     lambda: jax.nn.initializers.delta_orthogonal(), (3, 3, 4, 4)),
+]
+
+
+@pytest.mark.parametrize('legacy,modern,shape', INITIALIZER_CASES)
+def test_initializers_draw_what_jax_draws_in_float32(legacy, modern, shape):
+  np.testing.assert_array_equal(legacy()(K0, shape), modern()(K0, shape))
+  assert legacy()(K0, shape).dtype == jnp.float32
+
+
+def test_initializer_factories_keep_the_legacy_positional_dtype():
+  init = nn.initializers.variance_scaling(1., 'fan_in', 'normal', -2, -1,
+                                          jnp.bfloat16)
+  assert init(K0, (3, 4)).dtype == jnp.bfloat16
+  assert nn.initializers.lecun_normal(-2, -1, jnp.bfloat16)(
+      K0, (3, 4)).dtype == jnp.bfloat16
 
 
 def test_default_initializers():
@@ -505,22 +541,23 @@ def test_pooling_preserves_dtype(fn):
   assert fn(jnp.ones((1, 4, 4, 1), BF16), (2, 2)).dtype == BF16
 
 
-def test_float64_inputs_are_down_cast_under_x64():
+def test_float64_inputs_are_down_cast_and_params_float32_under_x64():
   code = textwrap.dedent("""
       import jax
       jax.config.update('jax_enable_x64', True)
       import jax.numpy as jnp
       from flax import nn
       x = jnp.ones((2, 3), jnp.float64)
-      y, _ = nn.Dense.init(jax.random.PRNGKey(0), x, features=2)
-      z, _ = nn.LayerNorm.init(jax.random.PRNGKey(0), x)
-      print(y.dtype, z.dtype)
+      y, p = nn.Dense.init(jax.random.PRNGKey(0), x, features=2)
+      z, q = nn.LayerNorm.init(jax.random.PRNGKey(0), x)
+      dtypes = {str(a.dtype) for a in jax.tree_util.tree_leaves((p, q))}
+      print(y.dtype, z.dtype, *dtypes)
       """)
   env = dict(os.environ, JAX_PLATFORMS='cpu')
   run = subprocess.run([sys.executable, '-c', code], env=env,
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stderr[-3000:]
-  assert run.stdout.split()[-2:] == ['float32', 'float32']
+  assert run.stdout.split()[-3:] == ['float32', 'float32', 'float32']
 
 
 # --- errors: legacy type and message, plus the module path --------------------
