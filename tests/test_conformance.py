@@ -85,6 +85,10 @@ CASES = [
       'pmap/final_logits_batch0'], 1e-3, 1e-6),
     ('resnet_stateful-train', 'resnet_stateful', ['train', 'final'],
      1e-4, 1e-6),
+    # The state dict of the checkpointed TrainState(step, optimizer,
+    # model_state); the raw files: tests/test_checkpoints.py.
+    ('resnet_stateful-checkpoint', 'resnet_stateful', ['checkpoint'],
+     1e-4, 1e-6),
 ]
 
 
