@@ -273,6 +273,18 @@ _OPTIM_EXTRA = (
     ('ReplicatedOptimizer', 'jax.pmap + lax.pmean on the gradients'),
 )
 
+# flaxlegacy's own additions to flax.optim (not legacy names; the way out to
+# optax and the version switch for MultiOptimizer's state layout).
+_OPTIM_EXTENSIONS = (
+    ('from_optax', 'wraps an optax GradientTransformation as an OptimizerDef'),
+    ('OptaxOptimizerDef', 'the OptimizerDef that from_optax returns'),
+    ('OptaxWrapper', 'optax state held in legacy param_states'),
+    ('set_multi_optimizer_layout',
+     "MultiOptimizer state layout: 'list' (<= v0.3.2) or 'tree' (v0.3.3+)"),
+    ('DynamicScaleResult', 'flax.optim.dynamic_scale.DynamicScaleResult '
+     '(legacy exported it from the submodule only)'),
+)
+
 _OPTIM_SINCE = {'Adagrad': 'v0.2', 'RMSProp': 'v0.2', 'LAMB': 'v0.2',
                 'DynamicScale': 'v0.2', 'Adafactor': 'v0.2.2',
                 'Adadelta': '0.3.1', 'AdaBelief': 'v0.3.5'}
@@ -300,6 +312,9 @@ def _symbols():
     since = _OPTIM_SINCE.get(name, 'v0.1.0rc2')
     out['flax.optim.' + name] = Symbol('flax.optim.' + name, since, 'v0.5.3',
                                        modern)
+  for name, doc in _OPTIM_EXTENSIONS:
+    out['flax.optim.' + name] = Symbol('flax.optim.' + name, 'flaxlegacy',
+                                       'flaxlegacy', doc)
   for alias in JAX_ALIASES:
     qual = alias.owner + '.' + alias.name
     out[qual] = Symbol(qual, 'jax<' + alias.removed.split()[-1], alias.removed,

@@ -78,6 +78,8 @@ def _target_module(entry):
 
 
 def _versions(since, until):
+  if since == 'flaxlegacy':
+    return 'flaxlegacy extension'
   if since.startswith('jax<'):
     return f'removed in {until}' if not until.startswith('renamed') else until
   return f'{since}-{until}' if since != until else since
