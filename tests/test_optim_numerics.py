@@ -297,3 +297,21 @@ def test_traced_learning_rate_equals_python_value():
         optimizer, 0.05)
     b = optimizer.apply_gradient(grads, learning_rate=0.05)
     np.testing.assert_allclose(a.target['w'], b.target['w'], rtol=1e-6)
+
+
+def test_dynamic_scale_float16_sequence():
+  # The legacy DynamicScaleTest sequence (growth_interval=2, float16 loss).
+  def loss_fn(p):
+    return jnp.asarray(p, jnp.float16) ** 2
+
+  dyn = optim.DynamicScale(growth_interval=2)
+  step = jax.jit(lambda ds, p: ds.value_and_grad(loss_fn)(p))
+  inf, nan = float('inf'), float('nan')
+  expected = [(False, nan, 32768.0, inf), (False, 1.0, 16384.0, inf),
+              (True, 1.0, 16384.0, 2.0), (True, 1.0, 16384.0, 2.0),
+              (True, 1.0, 32768.0, 2.0), (False, 1.0, 16384.0, inf)]
+  for want in expected:
+    dyn, is_fin, loss, grad = step(dyn, jnp.array(1., jnp.float32))
+    np.testing.assert_allclose(
+        np.array((is_fin, loss, dyn.scale, grad), np.float64), want)
+  assert set(serialization.to_state_dict(dyn)) == {'fin_steps', 'scale'}
