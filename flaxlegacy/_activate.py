@@ -183,6 +183,16 @@ def _apply_policy(policy):
   return previous
 
 
+def _quiet_legacy_checkpoints():
+  # flax 0.12.8 warns on every msgpack save that its own checkpointing will
+  # be deprecated; for legacy code that format is the point (legacy never
+  # warned).  Only this warning, only from that module.
+  import warnings  # pylint: disable=g-import-not-at-top
+  warnings.filterwarnings(
+      'ignore', message='Flax Checkpointing will soon be deprecated',
+      category=DeprecationWarning, module=r'flax\.training\.checkpoints')
+
+
 def apply_policies():
   applied = {}
   for policy in _names.POLICIES:
@@ -193,6 +203,8 @@ def apply_policies():
     if previous is not None or policy_enabled(policy):
       if not _user_set(policy.setting) and policy_enabled(policy):
         applied[policy.name] = previous
+  if 'checkpoints' in applied:
+    _quiet_legacy_checkpoints()
   if applied:
     logger.warning(
         'flaxlegacy: legacy mode on for %s (%s). Set %s to "modern" to keep '

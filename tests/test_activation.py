@@ -354,3 +354,24 @@ def test_wheel_ships_the_start_up_pth(tmp_path):
     pth = zf.read('flaxlegacy.pth').decode()
   assert 'flaxlegacy._hook' in pth and 'FLAXLEGACY' in pth
   assert 'flaxlegacy/_names.py' in names
+
+
+@pytest.mark.parametrize('env,expect', [
+    ({}, 'file quiet'),                                   # legacy default
+    ({'FLAXLEGACY_CHECKPOINTS': 'modern'}, 'dir'),        # opt-out: Orbax
+])
+def test_checkpoint_policy(tmp_path, env, expect):
+  proc = run_python(f'''
+      import os, warnings
+      from flax import nn
+      from flax.training import checkpoints
+      import jax.numpy as jnp
+      # The interpreter runs with -W always::DeprecationWarning (as pytest or
+      # a -W flag would); the policy's filter must still silence flax's.
+      with warnings.catch_warnings(record=True) as caught:
+        path = checkpoints.save_checkpoint({str(tmp_path)!r}, {{'a': jnp.ones(2)}}, 3)
+      deprecations = [w for w in caught if 'Flax Checkpointing' in str(w.message)]
+      kind = 'file' if os.path.isfile(path) else 'dir'
+      print(kind, 'quiet' if not deprecations else 'warned')
+  ''', env=env, args=('-W', 'always::DeprecationWarning'))
+  assert proc.stdout.split()[-2:][:len(expect.split())] == expect.split()
