@@ -200,7 +200,8 @@ def bench_dispatch(cfg):
                                         tx=models.linen_tx())
   legacy_step = jax.jit(lambda opt, g: opt.apply_gradient(g))
   linen_step = jax.jit(lambda s, g: s.apply_gradients(grads=g))
-  legacy_grads, linen_grads = legacy_params, linen_params
+  # Legacy takes the gradient with the target's structure (an nn.Model).
+  legacy_grads, linen_grads = optimizer.target, linen_params
   calls = cfg['dispatch_calls']
   box = {'legacy': optimizer, 'linen': state}
 
