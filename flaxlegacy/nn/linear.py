@@ -32,6 +32,12 @@ def _normalize_axes(axes, ndim):
   return tuple(ax if ax >= 0 else ndim + ax for ax in axes)
 
 
+def _as_array(x):
+  # Legacy cast every input with jnp.asarray(x, dtype) first, so nested lists
+  # worked; arrays pass through untouched (the cast to dtype is linen's).
+  return x if hasattr(x, 'ndim') else jnp.asarray(x)
+
+
 class Dense(base.Module):
   """A linear transformation applied over the last dimension of the input."""
 
@@ -114,7 +120,8 @@ class DenseGeneral(base.Module):
         raise _layer_util.layer_error(
             self, ValueError, 'batch_dims %s must be consecutive leading '
             'dimensions starting from 0.' % str(batch_dims))
-    shape = jnp.shape(inputs)
+    inputs = _as_array(inputs)
+    shape = inputs.shape
     ndim = len(shape)
     axis = _normalize_axes(axis, ndim)
     batch_dims = _normalize_axes(batch_dims, ndim)
@@ -134,12 +141,6 @@ class DenseGeneral(base.Module):
     # out that way (linen sorts ``axis``; same computation when sorted).
     return _linen_ops.dense_general(inputs, kernel, bias, axis, batch_dims,
                                     features, dtype, precision)
-
-
-def _as_array(x):
-  # Legacy cast every input with jnp.asarray(x, dtype) first, so nested lists
-  # worked; arrays pass through untouched (the cast to dtype is linen's).
-  return x if hasattr(x, 'ndim') else jnp.asarray(x)
 
 
 def _padding(padding):
