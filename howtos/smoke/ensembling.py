@@ -45,8 +45,9 @@ def main():
   _, test_ds = train.get_datasets()
   members = [jax.tree_util.tree_map(lambda x, i=i: x[i], optimizer.target)
              for i in range(devices)]
-  log_probs = onp.stack([onp.asarray(jax.jit(lambda m, x: m(x))(
-      m, jnp.asarray(test_ds['image']))) for m in members])
+  predict = jax.jit(lambda model, x: model(x))
+  images = jnp.asarray(test_ds['image'])
+  log_probs = onp.stack([onp.asarray(predict(m, images)) for m in members])
   labels = test_ds['label']
   got_member_acc = [round(float(onp.mean(lp.argmax(-1) == labels)) * 100, 2)
                     for lp in log_probs]
