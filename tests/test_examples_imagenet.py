@@ -1,0 +1,35 @@
+"""The ImageNet example's own tests, on 8 CPU devices, in one subprocess.
+
+examples/imagenet/train_test.py trains a small ResNet for a few steps with
+jax.pmap over 8 host devices (synthetic data and TFDS imagenet2012 mocked by
+tfds.testing.mock_data), checks finite parameters, moving and
+replica-identical batch statistics, per-epoch checkpoints that restore, and a
+resumed run that ends exactly where an uninterrupted one did.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLE = os.path.join(REPO, 'examples', 'imagenet')
+
+pytestmark = pytest.mark.slow
+
+
+def test_imagenet_train_test_on_8_cpu_devices(tmp_path):
+  env = dict(os.environ, JAX_PLATFORMS='cpu', TF_CPP_MIN_LOG_LEVEL='2',
+             XLA_FLAGS='--xla_force_host_platform_device_count=8',
+             HOME=str(tmp_path), FLAXLEGACY_OFFLINE='1')
+  env['PYTHONPATH'] = REPO + os.pathsep + env.get('PYTHONPATH', '')
+  run = subprocess.run([sys.executable, 'train_test.py'], cwd=EXAMPLE,
+                       env=env, capture_output=True, text=True, timeout=1200)
+  out = run.stdout + run.stderr
+  assert run.returncode == 0, out[-6000:]
+  assert re.search(r'Ran 12 tests in [\d.]+s\n\nOK', out), out[-3000:]
+  # The resumed run logged its restart, and epochs were logged per epoch.
+  assert 'resuming from the checkpoint of step 2' in out
+  assert re.search(r'train epoch: 2, loss: [\d.]+, accuracy: ', out)
