@@ -58,6 +58,23 @@ def _tie_in(x, y):  # pylint: disable=unused-argument
   return y
 
 
+def _normalize(x, axis=-1, mean=None, variance=None, epsilon=1e-5):
+  """Legacy ``jax.nn.normalize``: unclipped ``E[x^2] - E[x]^2`` variance.
+
+  Not ``jax.nn.standardize``: that clips the variance at 0, which differs
+  where rounding makes it negative.  Same formula as
+  ``flaxlegacy.nn.activation.normalize`` (not imported here: activation
+  runs while ``flaxlegacy.nn`` is still being imported).
+  """
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from jax import lax  # pylint: disable=g-import-not-at-top
+  if mean is None:
+    mean = jnp.mean(x, axis, keepdims=True)
+  if variance is None:
+    variance = jnp.mean(jnp.square(x), axis, keepdims=True) - jnp.square(mean)
+  return (x - mean) * lax.rsqrt(variance + epsilon)
+
+
 def _host_ids():
   import jax  # pylint: disable=g-import-not-at-top
   return list(range(jax.process_count()))
@@ -86,6 +103,7 @@ _SPECIAL = {
     'index_min': _index_op('min'),
     'index_max': _index_op('max'),
     'shuffle': _shuffle,
+    'normalize': _normalize,
     'tie_in': _tie_in,
     'host_ids': _host_ids,
     'noop': _noop,

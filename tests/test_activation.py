@@ -375,3 +375,26 @@ def test_checkpoint_policy(tmp_path, env, expect):
       print(kind, 'quiet' if not deprecations else 'warned')
   ''', env=env, args=('-W', 'always::DeprecationWarning'))
   assert proc.stdout.split()[-2:][:len(expect.split())] == expect.split()
+
+
+def test_normalize_alias_is_the_unclipped_legacy_formula():
+  proc = run_python('''
+      from flax import nn
+      import jax, jax.numpy as jnp, numpy as np
+      x = jnp.array([[1., 2., 4.], [3., 3., 3.]])
+      legacy = jax.nn.normalize(x)
+      mean = x.mean(-1, keepdims=True)
+      var = (x ** 2).mean(-1, keepdims=True) - mean ** 2
+      np.testing.assert_allclose(legacy, (x - mean) / np.sqrt(var + 1e-5),
+                                 rtol=1e-6)
+      # Where rounding makes E[x^2] - E[x]^2 negative, legacy differs from
+      # standardize (which clips at 0): here var + eps < 0 gives NaN.
+      neg = jax.nn.normalize(jnp.ones(3), variance=jnp.array(-1.))
+      print(bool(jnp.isnan(neg).all()),
+            bool(jnp.isfinite(jax.nn.standardize(jnp.ones(3))).all()))
+      print(jax.nn.normalize is nn.activation.normalize,
+            jax.nn.normalize.__name__)
+  ''')
+  first, second = proc.stdout.splitlines()[-2:]
+  assert first == 'True True'
+  assert second == 'False _normalize'

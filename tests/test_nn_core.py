@@ -1000,9 +1000,11 @@ ERRORS = [
     ('missing_param', _missing_param, ValueError,
      "Parameter with name 'nope' does not exist."),
     ('shape_mismatch_on_apply', _shape_mismatch, ValueError,
-     'Existing shape (3,) differs from requested shape (4,)'),
+     "Existing shape (3,) differs from requested shape (4,) (parameter "
+     "'bias' in module /)"),
     ('list_shape', lambda: _apply_with(_list_shape).init(K0), ValueError,
-     'Existing shape (2, 3) differs from requested shape [2, 3]'),
+     "Existing shape (2, 3) differs from requested shape [2, 3] (parameter "
+     "'p' in module /)"),
     ('state_outside_module',
      lambda: nn.Module.state(None, 'x'), ValueError,
      "state should only be used inside a module's apply function."),

@@ -630,8 +630,23 @@ def test_layer_errors(layer, x, kwargs, exc, message):
 def test_dense_applied_to_a_different_input_size():
   _, params = nn.Dense.init(K0, jnp.ones((1, 3)), features=4)
   with pytest.raises(ValueError, match=r'Existing shape \(3, 4\) differs from '
-                     r'requested shape \(5, 4\)'):
+                     r"requested shape \(5, 4\) \(parameter 'kernel' in "
+                     r'module /\)'):
     nn.Dense.call(params, jnp.ones((1, 5)), features=4)
+
+
+class _TwoLayers(nn.Module):
+
+  def apply(self, x):
+    return nn.Dense(nn.Dense(x, 4, name='encoder'), 2)
+
+
+def test_shape_error_names_the_nested_layer_path():
+  _, params = _TwoLayers.init(K0, jnp.ones((1, 3)))
+  with pytest.raises(ValueError, match=r"Existing shape \(3, 4\) differs from "
+                     r"requested shape \(6, 4\) \(parameter 'kernel' in "
+                     r'module /encoder\)'):
+    _TwoLayers.call(params, jnp.ones((1, 6)))
 
 
 def _decode_errors_setup():

@@ -445,9 +445,12 @@ class Module(metaclass=_ModuleMeta):
       raise ValueError("Parameter with name '%s' does not exist." % name)
     value = params[name]
     if shape is not None and value.shape != shape:
+      # Legacy's message, then where: a wrong input size fed to a trained
+      # layer is the usual cause, and the path names that layer.
       raise ValueError(
           'Existing shape {} differs from requested shape {}'.format(
-              value.shape, shape))
+              value.shape, shape) +
+          f" (parameter '{name}' in module {frame.path})")
     return value
 
   def get_param(self, name):
