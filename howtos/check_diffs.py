@@ -47,6 +47,7 @@ HOWTOS = {
     'distributed-training': Howto('examples/mnist', 8),
     'checkpointing': Howto('examples/mnist', 1),
     'sharded-training': Howto('examples/mnist', 8),
+    'mixed-precision': Howto('examples/imagenet', 2),
 }
 
 RESULT_PREFIX = 'SMOKE-RESULT '

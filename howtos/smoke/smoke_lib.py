@@ -60,13 +60,14 @@ def run_example_tests(module_name='train_test'):
   return result.testsRun
 
 
-def run_main(module, argv, program='train.py'):
+def run_main(module, argv, program='train.py', record='train'):
   """Runs ``module.main`` as ``python train.py ARGV`` would.
 
-  Returns ``(what module.train returned, the lines logged)``.
+  Returns ``(what the module's function `record` returned, the lines
+  logged)``; ``main`` must call it once.
   """
   returned = []
-  train = module.train
+  train = getattr(module, record)
 
   def recording_train(*args, **kwargs):
     returned.append(train(*args, **kwargs))
@@ -75,7 +76,7 @@ def run_main(module, argv, program='train.py'):
   lines = _Lines()
   logger = logging.getLogger('absl')
   logger.addHandler(lines)
-  module.train = recording_train
+  setattr(module, record, recording_train)
   # Each run starts from the defaults of the program's flags (all flags
   # would reset absl's --verbosity too, to a level that hides INFO lines).
   for flag in FLAGS.get_flags_for_module(module):
@@ -85,9 +86,9 @@ def run_main(module, argv, program='train.py'):
   except SystemExit as e:
     assert e.code in (None, 0), f'{program} {" ".join(argv)} exited with {e}'
   finally:
-    module.train = train
+    setattr(module, record, train)
     logger.removeHandler(lines)
-  assert len(returned) == 1, f'main called train() {len(returned)} times'
+  assert len(returned) == 1, f'main called {record}() {len(returned)} times'
   return returned[0], lines.lines
 
 
