@@ -29,7 +29,7 @@ def test_imagenet_train_test_on_8_cpu_devices(tmp_path):
                        env=env, capture_output=True, text=True, timeout=1200)
   out = run.stdout + run.stderr
   assert run.returncode == 0, out[-6000:]
-  assert re.search(r'Ran 12 tests in [\d.]+s\n\nOK', out), out[-3000:]
+  assert re.search(r'Ran 13 tests in [\d.]+s\n\nOK', out), out[-3000:]
   # The resumed run logged its restart, and epochs were logged per epoch.
   assert 'resuming from the checkpoint of step 2' in out
   assert re.search(r'train epoch: 2, loss: [\d.]+, accuracy: ', out)

@@ -11,6 +11,7 @@ if 'XLA_FLAGS' not in os.environ:
 os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+import functools
 import tempfile
 
 from absl.testing import absltest
@@ -18,7 +19,9 @@ from absl.testing import flagsaver
 
 from flax import jax_utils
 from flax import nn
+from flax import optim
 from flax.training import checkpoints
+from flax.training import common_utils
 import jax
 from jax import random
 import jax.numpy as jnp
@@ -107,6 +110,31 @@ class TrainTest(absltest.TestCase):
     self.assertEqual(int(resumed.step), 4)
     for a, b in zip(_leaves(resumed), _leaves(state)):
       onp.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+  def test_float16_steps_with_dynamic_loss_scaling(self):
+    # The GPU half-precision path (float16 + optim.DynamicScale), on CPU.
+    model, model_state = train.create_model(random.PRNGKey(0), 1, 16,
+                                            jnp.float16, 10, 4, 10)
+    state = jax_utils.replicate(train.TrainState(
+        step=0, optimizer=train.momentum_optimizer(0.9).create(model),
+        model_state=model_state, dynamic_scale=optim.DynamicScale()))
+    p_step = jax.pmap(functools.partial(
+        train.train_step, learning_rate_fn=lambda step: 0.1,
+        weight_decay=1e-4), axis_name='batch')
+    rng = onp.random.RandomState(0)
+    batch = common_utils.shard({
+        'image': rng.normal(size=(8, 16, 16, 3)).astype(onp.float16),
+        'label': onp.arange(8, dtype=onp.int32)})
+    for _ in range(3):
+      state, metrics = p_step(state, batch)
+    state = jax.device_get(jax_utils.unreplicate(state))
+    self.assertEqual(int(state.step), 3)
+    # The scale starts at 2**16 and only halves (overflow) or stays.
+    scale = float(metrics['scale'][0])
+    self.assertIn(scale, [2.0 ** k for k in range(10, 17)])
+    for leaf in _leaves(state.optimizer.target.params):
+      self.assertEqual(leaf.dtype, onp.float32)  # params stay float32
+      self.assertTrue(onp.all(onp.isfinite(leaf)))
 
   @flagsaver.flagsaver(batch_size=12)
   def test_batch_not_divisible(self):
