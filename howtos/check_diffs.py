@@ -5,6 +5,7 @@ patched program runs and does what the HOWTO says.
     python howtos/check_diffs.py                # all HOWTOs
     python howtos/check_diffs.py ensembling     # some of them
     python howtos/check_diffs.py --keep /tmp/h  # also keep the patched copies
+    python howtos/check_diffs.py --jobs 2       # two at a time (2 cores)
 
 For each ``howtos/diffs/NAME.diff`` (every one must be listed in ``HOWTOS``
 below, and every listed one must exist):
@@ -25,13 +26,16 @@ so nothing is downloaded.  Exit status 0 when every HOWTO checked passes.
 
 import argparse
 import collections
+import concurrent.futures
 import glob
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HOWTOS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -40,14 +44,15 @@ REPO = os.path.dirname(HOWTOS_DIR)
 Howto = collections.namedtuple('Howto', 'example devices')
 
 # NAME -> the example directory the diff patches (its smoke test runs there)
-# and the number of CPU devices its smoke test needs.
+# and the number of CPU devices its smoke test needs.  Heaviest first: with
+# --jobs, the checks start in this order.
 HOWTOS = {
-    'polyak-averaging': Howto('examples/mnist', 1),
-    'ensembling': Howto('examples/mnist', 8),
     'distributed-training': Howto('examples/mnist', 8),
-    'checkpointing': Howto('examples/mnist', 1),
-    'sharded-training': Howto('examples/mnist', 8),
     'mixed-precision': Howto('examples/imagenet', 2),
+    'ensembling': Howto('examples/mnist', 8),
+    'sharded-training': Howto('examples/mnist', 8),
+    'checkpointing': Howto('examples/mnist', 1),
+    'polyak-averaging': Howto('examples/mnist', 1),
 }
 
 RESULT_PREFIX = 'SMOKE-RESULT '
@@ -184,35 +189,51 @@ def main(argv=None):
   parser.add_argument('--keep', help='copy each patched example here')
   parser.add_argument('--timeout', type=int, default=900,
                       help='seconds per smoke test')
+  parser.add_argument('--jobs', type=int, default=1,
+                      help='smoke tests run at once (one core each, mostly)')
+  parser.add_argument('--json', help='also write {name: outcome} here')
   args = parser.parse_args(argv)
   root = os.path.abspath(args.root)
 
   problems = check_table(root)
   for problem in problems:
     print(f'FAIL {problem}', flush=True)
-  names = args.names or diff_names(root)
-  unknown = [n for n in names if n not in HOWTOS or n not in diff_names(root)]
+  available = diff_names(root)
+  names = args.names or [n for n in HOWTOS if n in available]
+  unknown = [n for n in names if n not in HOWTOS or n not in available]
   for n in unknown:
-    print(f'FAIL {n}.diff: no such HOWTO (known: '
-          f'{", ".join(diff_names(root))})', flush=True)
-  failed = len(problems) + len(unknown)
+    print(f'FAIL {n}.diff: no such HOWTO (known: {", ".join(available)})',
+          flush=True)
+  outcomes = {}
+  lock = threading.Lock()
   cache_dir = tempfile.mkdtemp(prefix='howto-jax-cache-')
+
+  def run(name):
+    start = time.time()
+    try:
+      result = check(root, name, cache_dir, keep=args.keep,
+                     timeout=args.timeout)
+      line = f'ok   {name}.diff ({time.time() - start:.0f} s) {result}'
+      outcome = {'ok': True, 'message': line,
+                 'result': json.loads(result[len(RESULT_PREFIX):])}
+    except CheckError as e:
+      line = f'FAIL {e}'
+      outcome = {'ok': False, 'message': line}
+    with lock:  # one report at a time, never interleaved
+      outcomes[name] = outcome
+      print(line, flush=True)
+
   try:
-    for name in names:
-      if name in unknown:
-        continue
-      start = time.time()
-      try:
-        result = check(root, name, cache_dir, keep=args.keep,
-                       timeout=args.timeout)
-      except CheckError as e:
-        failed += 1
-        print(f'FAIL {e}', flush=True)
-        continue
-      print(f'ok   {name}.diff ({time.time() - start:.0f} s) {result}',
-            flush=True)
+    with concurrent.futures.ThreadPoolExecutor(max(1, args.jobs)) as pool:
+      for future in [pool.submit(run, n) for n in names if n not in unknown]:
+        future.result()
   finally:
     shutil.rmtree(cache_dir, ignore_errors=True)
+  if args.json:
+    with open(args.json, 'w') as f:
+      json.dump(outcomes, f, indent=1, sort_keys=True)
+  failed = (len(problems) + len(unknown) +
+            sum(not o['ok'] for o in outcomes.values()))
   if failed:
     print(f'{failed} HOWTO check(s) failed', flush=True)
   return 1 if failed else 0
