@@ -453,3 +453,11 @@ def test_cli_standin_and_removal(tfds, tfds_env, capsys):
   status, out, _ = _cli(['mnist', '--remove-standin'], capsys)
   assert status == 0 and out.startswith('flaxlegacy data: removed STAND-IN')
   assert not os.path.exists(standin_path)
+
+
+def test_activation_installs_the_hook(tfds, tfds_env):
+  from flaxlegacy import _activate  # pylint: disable=g-import-not-at-top
+  assert not tfds_hook._state['applied']  # pylint: disable=protected-access
+  _activate._install_dataset_hook()  # pylint: disable=protected-access
+  assert tfds_hook._state['applied']  # pylint: disable=protected-access
+  assert getattr(tfds.core.DatasetBuilder.as_dataset, '_flaxlegacy', False)
