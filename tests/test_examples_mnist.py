@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -82,6 +83,20 @@ def test_default_run_reaches_95_percent_on_the_standin(default_run):
   assert final and float(final.group(1)) == epochs[-1][4]
   assert float(final.group(1)) >= 95.0, out[-3000:]
   assert epochs[-1][1] < epochs[0][1]  # train loss went down
+
+
+def test_unprepared_offline_fails_fast_naming_the_fix(tmp_path):
+  """No data and no network: seconds, not minutes, and the fix is named."""
+  env = _env(tmp_path)  # a fresh HOME: nothing prepared anywhere
+  env['FLAXLEGACY_OFFLINE'] = '1'
+  start = time.time()
+  run, out = _run([os.path.join('examples', 'mnist', 'train.py')], env)
+  assert run.returncode != 0
+  assert time.time() - start < 120  # TF import included; retries take 3.5 min
+  assert ('DatasetNotPreparedError: tfds dataset \'mnist\' (version 3.0.1) is '
+          f'not prepared in {tmp_path}/tensorflow_datasets and this process '
+          'is offline (FLAXLEGACY_OFFLINE=1)') in out
+  assert 'Run `flaxlegacy data mnist` first' in out
 
 
 def test_example_train_test(home):
