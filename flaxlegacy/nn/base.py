@@ -230,8 +230,9 @@ class _ModuleMeta(abc.ABCMeta):
     cls._check_name(name, parent)
     parent_params = parent.params
     if parent.rng is not None and name not in parent_params:
-      with utils.eager_for(parent.rng):
-        rng = _fold_in_str(parent.rng, name)
+      parent_rng = parent.rng
+      rng = utils.run_eager(parent_rng,
+                            lambda: _fold_in_str(parent_rng, name))
       params = parent_params[name] = {}
     else:
       # Apply mode -- also for the 2nd call of a shared module during init.
@@ -439,8 +440,9 @@ class Module(metaclass=_ModuleMeta):
       if name in params:
         raise ValueError(
             "Name '%s' was already used for another parameter." % name)
-      with utils.eager_for(frame.rng):
-        params[name] = initializer(_fold_in_str(frame.rng, name), shape)
+      rng = frame.rng
+      params[name] = utils.run_eager(
+          rng, lambda: initializer(_fold_in_str(rng, name), shape))
     if name not in params:
       raise ValueError("Parameter with name '%s' does not exist." % name)
     value = params[name]
@@ -480,9 +482,9 @@ class Module(metaclass=_ModuleMeta):
           init_frame = frame
           break
       if init_frame is not None:
-        with utils.eager_for(init_frame.rng):
-          init_frame.rng, key = _split(init_frame.rng)
-          handle.value = initializer(key, shape)
+        rng = init_frame.rng
+        init_frame.rng, key = utils.run_eager(rng, lambda: _split(rng))
+        handle.value = utils.run_eager(rng, lambda: initializer(key, shape))
     return handle
 
   def is_stateful(self):

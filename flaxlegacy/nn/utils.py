@@ -5,8 +5,9 @@
   ``nn.stochastic`` PRNG frames, output trackers).
 * ``classproperty``: a read-only property evaluated on the class
   (``module_method`` is built on it).
-* ``eager_for``: the evaluation context in which parameter initializers and
-  key derivations run, so that ``init`` works inside traced code (spec 2.15).
+* ``eager_for`` / ``run_eager``: the evaluation context in which parameter
+  initializers and key derivations run, so that ``init`` works inside traced
+  code (spec 2.15).
 * The tracer-level helpers ``_mains`` / ``_masters`` / ``_trace_level`` /
   ``_current_trace`` / ``_level_of_value``: from v0.2 on legacy Flax kept
   them only as no-ops (its checks that forbid stateful or stochastic
@@ -89,6 +90,12 @@ try:  # JAX internal API, present in jax 0.4.36+ ("stackless" tracing).
 except ImportError:  # pragma: no cover - depends on the JAX version
   _set_current_trace = None
 
+try:  # JAX internals: the eager trace and the constant-folding switch.
+  from jax._src.config import eager_constant_folding as _constant_folding  # pylint: disable=g-import-not-at-top
+  from jax._src.core import eval_trace as _eval_trace  # pylint: disable=g-import-not-at-top
+except ImportError:  # pragma: no cover - depends on the JAX version
+  _constant_folding = _eval_trace = None
+
 _Tracer = jax.core.Tracer
 
 
@@ -102,10 +109,45 @@ def eager_for(key):
   trace that merely happens to be active.  On today's JAX that is: when the
   frame's key is a tracer, evaluate in the key's own trace; otherwise ask for
   compile-time evaluation (constant folding of everything concrete).
+  ``run_eager`` is the form to prefer for a concrete key.
   """
   if isinstance(key, _Tracer) and _set_current_trace is not None:
     return _set_current_trace(key._trace)  # pylint: disable=protected-access
   return jax.ensure_compile_time_eval()
+
+
+@contextlib.contextmanager
+def _plain_eager():
+  # The eager trace, with constant folding off for jitted functions traced
+  # meanwhile (jax.random's): folding inside their bodies makes the counters
+  # of the random bits (two uint32 arrays of the parameter's size) constants
+  # of a cached jaxpr that JAX keeps until jax.clear_caches() -- about twice
+  # the size of the parameters, per distinct shape, for the process's life.
+  with _set_current_trace(_eval_trace), _constant_folding(False):
+    yield
+
+
+def run_eager(key, fn):
+  """``fn()`` evaluated as ``eager_for(key)`` says, without constant folding.
+
+  For a concrete key, ``fn`` runs on JAX's eager trace, exactly as a plain
+  eager call (linen's ``init``) runs it, so that its jitted callees are
+  traced and cached as in eager code.  Should ``fn`` read a traced value (an
+  initializer computed from the input of ``init_by_shape`` or of a jitted
+  ``init``), it runs again under compile-time evaluation, which stages the
+  traced parts; ``fn`` must therefore be free of side effects.
+  """
+  if isinstance(key, _Tracer) or _eval_trace is None or (
+      _set_current_trace is None):
+    with eager_for(key):
+      return fn()
+  try:
+    with _plain_eager():
+      return fn()
+  except jax.errors.UnexpectedTracerError:
+    pass
+  with jax.ensure_compile_time_eval():
+    return fn()
 
 
 # --- tracer-level helpers (no-ops since legacy v0.2) ------------------------
