@@ -186,6 +186,7 @@ class LinenResNet(linen.Module):
 
 RESNETS = {
     # name: (stage_sizes, bottleneck)
+    'resnet_tiny': ((1, 1), False),  # the smoke test's: cheap to compile
     'resnet18': ((2, 2, 2, 2), False),
     'resnet50': ((3, 4, 6, 3), True),
 }
@@ -235,6 +236,31 @@ def legacy_stateful_train_step(optimizer, model_state, batch):
 
 class BNTrainState(train_state.TrainState):
   batch_stats: dict = None
+
+
+def legacy_pmap_train_step(optimizer, batch):
+  """The legacy ImageNet example's data-parallel step: optimizer replicated
+  with ``jax_utils.replicate``, gradients averaged with ``lax.pmean``."""
+  def loss_fn(model):
+    return cross_entropy(model(batch['image']), batch['label'])
+  loss, grad = jax.value_and_grad(loss_fn)(optimizer.target)
+  grad = jax.lax.pmean(grad, 'batch')
+  return optimizer.apply_gradient(grad), loss
+
+
+def legacy_replicated_train_step(optimizer, batch):
+  """The older style: ``optimizer.replicate()`` averages the gradients
+  inside ``apply_gradient`` (no explicit pmean)."""
+  return legacy_train_step(optimizer, batch)
+
+
+def linen_pmap_train_step(state, batch):
+  def loss_fn(params):
+    return cross_entropy(state.apply_fn({'params': params}, batch['image']),
+                         batch['label'])
+  loss, grads = jax.value_and_grad(loss_fn)(state.params)
+  grads = jax.lax.pmean(grads, 'batch')
+  return state.apply_gradients(grads=grads), loss
 
 
 def linen_stateful_train_step(state, batch):
@@ -309,3 +335,21 @@ def build_resnet(variant, batch_size, name='resnet18', image_size=32,
                               params=variables['params'], tx=linen_tx(),
                               batch_stats=variables['batch_stats'])
   return jax.jit(linen_stateful_train_step), (state,), batch
+
+
+def param_shapes(variant, name, image_size, num_filters, small_inputs=True):
+  """The parameter tree of a ResNet as ShapeDtypeStructs (no computation:
+  ``jax.eval_shape`` of the init), legacy or linen layout."""
+  kwargs = resnet_kwargs(name, small_inputs, num_filters)
+  shape = (1, image_size, image_size, 3)
+  key = jax.random.PRNGKey(0)
+  if variant == 'legacy':
+    def init(rng):
+      with nn.stateful():
+        _, params = LegacyResNet.partial(**kwargs).init_by_shape(
+            rng, [(shape, jnp.float32)])
+      return params
+    return jax.eval_shape(init, key), LegacyResNet.partial(**kwargs)
+  module = LinenResNet(**kwargs)
+  return jax.eval_shape(
+      lambda rng: module.init(rng, jnp.ones(shape))['params'], key), module

@@ -1,0 +1,137 @@
+"""Deterministic evidence: do the legacy step and its linen port compile to
+the same program?
+
+Timings on a shared machine are noisy; the programs are not.  Identical
+programs cost the same, so where the lowered StableHLO of the two train steps
+is the same text (up to the order of the arguments and source locations),
+any measured difference in step time is noise or Python dispatch.  Where the
+texts differ, the differing operations are listed, together with XLA's cost
+model (flops, bytes accessed) and buffer sizes of the compiled programs.
+"""
+
+import collections
+import re
+
+
+_LOC = re.compile(r'loc\((?:[^()]|\([^()]*\))*\)')
+_ARG = re.compile(r'%arg\d+')
+_OP = re.compile(r'(?:^|= |\s)"?((?:stablehlo|chlo|mhlo|func|sdy)\.[a-z_]+)')
+
+
+def canonical_stablehlo(text):
+  """The module's functions with signatures and source locations dropped,
+  each function's arguments renamed in order of first use, and the values
+  ``main`` returns sorted: the legacy step takes and returns (state, params),
+  the linen step (params, state), the same values in another order."""
+  text = _LOC.sub('', text)
+  functions, current = [], None
+  for line in text.splitlines():
+    line = line.strip()
+    if line.startswith('#loc') or not line:
+      continue
+    if line.startswith('func.func'):
+      current = {'main': '@main(' in line, 'body': []}
+      functions.append(current)
+      continue  # the signature: argument order, result names
+    if current is not None:
+      current['body'].append(line)
+  out = []
+  for function in functions:
+    body = '\n'.join(function['body'])
+    names = {}
+    for match in _ARG.finditer(body):
+      names.setdefault(match.group(0), f'%p{len(names)}')
+    body = _ARG.sub(lambda m, names=names: names[m.group(0)], body)
+    if function['main']:
+      body = _RETURN.sub(_sorted_return, body)
+    out.append(body)
+  return '\n'.join(out)
+
+
+_RETURN = re.compile(r'^return (.*?) : (.*)$', re.M)
+
+
+def _sorted_return(match):
+  values = [v.strip() for v in match.group(1).split(',')]
+  types = re.findall(r'tensor<[^>]*>', match.group(2))
+  pairs = sorted(zip(values, types)) if len(types) == len(values) else sorted(
+      (v, '') for v in values)
+  return 'return ' + ', '.join(f'{v} : {t}' for v, t in pairs)
+
+
+def op_counts(stablehlo_text):
+  """How often each StableHLO/CHLO operation occurs in ``main``."""
+  counts = collections.Counter()
+  for line in canonical_stablehlo(stablehlo_text).splitlines():
+    match = _OP.search(line)
+    if match and match.group(1) not in ('func.return', 'func.call'):
+      counts[match.group(1).split('.', 1)[1]] += 1
+  return counts
+
+
+def _count_diff(legacy, linen):
+  """'linen +20 maximum, -80 reshape' style summary of op-count changes."""
+  parts = []
+  for op in sorted(set(legacy) | set(linen)):
+    delta = linen[op] - legacy[op]
+    if delta:
+      parts.append(f'{delta:+d} {op}')
+  return ', '.join(parts)
+
+
+def _cost(compiled):
+  cost = compiled.cost_analysis()
+  if isinstance(cost, (list, tuple)):  # older JAX: one dict per program
+    cost = cost[0] if cost else {}
+  cost = cost or {}
+  memory = compiled.memory_analysis()
+  out = {'flops': cost.get('flops'),
+         'bytes_accessed': cost.get('bytes accessed'),
+         'transcendentals': cost.get('transcendentals')}
+  for field in ('temp_size_in_bytes', 'argument_size_in_bytes',
+                'output_size_in_bytes'):
+    out[field.replace('_size_in_bytes', '_bytes')] = getattr(
+        memory, field, None) if memory is not None else None
+  return out
+
+
+def compare(name, legacy, linen):
+  """Compares two ``(traced, lowered, compiled)`` triples of one model."""
+  texts = {}
+  row = {'program': name}
+  for variant, (traced, lowered, compiled) in (('legacy', legacy),
+                                               ('linen', linen)):
+    text = lowered.as_text()
+    texts[variant] = text
+    row[variant] = {'jaxpr_eqns': len(traced.jaxpr.eqns),
+                    'stablehlo_ops': sum(op_counts(text).values()),
+                    **_cost(compiled)}
+  same = (canonical_stablehlo(texts['legacy']) ==
+          canonical_stablehlo(texts['linen']))
+  row['identical_stablehlo'] = same
+  row['op_diff'] = '' if same else _count_diff(op_counts(texts['legacy']),
+                                                op_counts(texts['linen']))
+  return row
+
+
+def print_table(rows, out):
+  print('\nprograms (deterministic; legacy vs linen+optax):', file=out)
+  print(f'{"program":10} {"stablehlo ops":>15} {"identical":>9} '
+        f'{"MFLOP (XLA cost)":>21} {"MB accessed":>17} {"temp MB":>15}',
+        file=out)
+
+  def pair(row, key, scale, fmt):
+    values = [row[v][key] for v in ('legacy', 'linen')]
+    if any(v is None for v in values):
+      return '-'
+    return '/'.join(format(v * scale, fmt) for v in values)
+
+  for row in rows:
+    print(f'{row["program"]:10} '
+          f'{pair(row, "stablehlo_ops", 1, "d"):>15} '
+          f'{"yes" if row["identical_stablehlo"] else "no":>9} '
+          f'{pair(row, "flops", 1e-6, ".5g"):>21} '
+          f'{pair(row, "bytes_accessed", 1e-6, ".4g"):>17} '
+          f'{pair(row, "temp_bytes", 1e-6, ".4g"):>15}', file=out)
+    if row['op_diff']:
+      print(f'{"":10} linen vs legacy ops: {row["op_diff"]}', file=out)
