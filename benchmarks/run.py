@@ -383,6 +383,25 @@ def bench_dispatch(cfg):
       '(informational)', interleaved({v: round_trip(v) for v in box},
                                      cfg['reps']),
       unit='us', scale=1e6, per=calls, target=None))
+
+  # Deterministic: Python function calls per dispatched step (the pytree
+  # callbacks of custom nodes; the rest of dispatch is C++).
+  import cProfile  # pylint: disable=g-import-not-at-top
+  import pstats  # pylint: disable=g-import-not-at-top
+  counts = {}
+  for variant, step, grads in (('legacy', legacy_step, legacy_grads),
+                               ('linen', linen_step, linen_grads)):
+    s = box[variant]
+    profile = cProfile.Profile()
+    profile.enable()
+    for _ in range(calls):
+      s = step(s, grads)
+    profile.disable()
+    box[variant] = block(s)
+    counts[variant] = [pstats.Stats(profile).total_calls / calls]
+  rows.append(value_result(
+      'dispatch:python calls', 'Python function calls per step (cProfile; '
+      'deterministic; informational)', counts, 'n', target=None))
   return rows
 
 
@@ -419,6 +438,10 @@ def bench_memory(cfg, size):
                    '(informational)',
                    {v: [kb / 1024 for kb in values[v]['growth_kb']]
                     for v in values}, 'MiB', target=None),
+      value_result('memory:live arrays', 'bytes of live jax.Arrays after '
+                   'the run (deterministic; informational)',
+                   {v: [b / 2**20 for b in values[v]['live_bytes']]
+                    for v in values}, 'MiB', target=None),
   ]
   if all(all(values[v].get('device_peak_bytes') or [None])
          for v in values):
@@ -437,16 +460,30 @@ def _rss_kb(field):
   return 0
 
 
-def memory_child(variant, cfg):
+def _peak_rss_kb():
+  # VmHWM, the high-water mark of this process's own address space.  Not
+  # getrusage's ru_maxrss: Linux carries that across fork + exec, so every
+  # child would report at least the parent's RSS at the fork (which is how
+  # both variants once showed the very same peak).
+  if os.path.exists('/proc/self/status'):
+    return _rss_kb('VmHWM')
   import resource  # pylint: disable=g-import-not-at-top
+  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+  return peak // 1024 if sys.platform == 'darwin' else peak  # darwin: bytes
+
+
+def memory_child(variant, cfg):
   base = _rss_kb('VmRSS') if os.path.exists('/proc/self/status') else 0
   step, state, batch = models.build_resnet(
       variant, cfg['resnet_batch'], cfg['resnet'], cfg['image'], cfg['width'])
   run = _stepper(step, state, batch, cfg['memory_steps'])
   run()
-  peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+  peak = _peak_rss_kb()
   stats = jax.devices()[0].memory_stats() or {}
+  gc.collect()
+  live = sum(x.nbytes for x in jax.live_arrays())
   print(json.dumps({'peak_rss_kb': peak, 'growth_kb': peak - base,
+                    'live_bytes': live,
                     'device_peak_bytes': stats.get('peak_bytes_in_use')}))
 
 
