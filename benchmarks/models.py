@@ -353,3 +353,39 @@ def param_shapes(variant, name, image_size, num_filters, small_inputs=True):
   module = LinenResNet(**kwargs)
   return jax.eval_shape(
       lambda rng: module.init(rng, jnp.ones(shape))['params'], key), module
+
+
+# --- the two steps with one calling convention (for program comparison) ----
+
+
+def flat_step(variant, step, state_args, batch):
+  """``step`` as a function of flat arrays in the linen step's order.
+
+  The legacy state flattens as (step, momentum traces, params, ...) -- an
+  ``Optimizer`` is (state, target) -- and a ``TrainState`` as (step, params,
+  traces, ...).  Both wrappers take and return (step, params, traces, rest,
+  [loss]), so that the lowered programs of the two variants can be compared
+  as text: same computation, same argument order.  Returns ``(fn, args)``.
+  """
+  step = getattr(step, '__wrapped__', step)  # the Python function, not jit
+  leaves, treedef = jax.tree_util.tree_flatten((state_args, batch))
+  if variant == 'legacy':
+    n = len(jax.tree_util.tree_leaves(state_args[0].target))
+  else:
+    n = len(jax.tree_util.tree_leaves(state_args[0].params))
+
+  def to_linen_order(flat):  # legacy (s, T, P, rest) -> (s, P, T, rest)
+    flat = list(flat)
+    return flat[:1] + flat[1 + n:1 + 2 * n] + flat[1:1 + n] + flat[1 + 2 * n:]
+
+  def to_legacy_order(flat):  # (s, P, T, rest) -> legacy (s, T, P, rest)
+    flat = list(flat)
+    return flat[:1] + flat[1 + n:1 + 2 * n] + flat[1:1 + n] + flat[1 + 2 * n:]
+
+  if variant != 'legacy':
+    to_linen_order = to_legacy_order = list  # noqa: F811
+
+  def fn(*flat):
+    state, data = jax.tree_util.tree_unflatten(treedef, to_legacy_order(flat))
+    return tuple(to_linen_order(jax.tree_util.tree_leaves(step(*state, data))))
+  return fn, tuple(to_linen_order(leaves))

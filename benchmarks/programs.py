@@ -14,49 +14,23 @@ import re
 
 
 _LOC = re.compile(r'loc\((?:[^()]|\([^()]*\))*\)')
-_ARG = re.compile(r'%arg\d+')
 _OP = re.compile(r'(?:^|= |\s)"?((?:stablehlo|chlo|mhlo|func|sdy)\.[a-z_]+)')
 
 
 def canonical_stablehlo(text):
-  """The module's functions with signatures and source locations dropped,
-  each function's arguments renamed in order of first use, and the values
-  ``main`` returns sorted: the legacy step takes and returns (state, params),
-  the linen step (params, state), the same values in another order."""
+  """The module's text without source locations, module name and the
+  signature of ``main`` (whose result names say ``target.params`` in one
+  program and ``params`` in the other).  Compare programs lowered from
+  ``models.flat_step``, which gives both steps the same argument order."""
   text = _LOC.sub('', text)
-  functions, current = [], None
+  lines = []
   for line in text.splitlines():
     line = line.strip()
-    if line.startswith('#loc') or not line:
+    if (not line or line.startswith('#loc') or line.startswith('module @')
+        or line.startswith('func.func public @main(')):
       continue
-    if line.startswith('func.func'):
-      current = {'main': '@main(' in line, 'body': []}
-      functions.append(current)
-      continue  # the signature: argument order, result names
-    if current is not None:
-      current['body'].append(line)
-  out = []
-  for function in functions:
-    body = '\n'.join(function['body'])
-    names = {}
-    for match in _ARG.finditer(body):
-      names.setdefault(match.group(0), f'%p{len(names)}')
-    body = _ARG.sub(lambda m, names=names: names[m.group(0)], body)
-    if function['main']:
-      body = _RETURN.sub(_sorted_return, body)
-    out.append(body)
-  return '\n'.join(out)
-
-
-_RETURN = re.compile(r'^return (.*?) : (.*)$', re.M)
-
-
-def _sorted_return(match):
-  values = [v.strip() for v in match.group(1).split(',')]
-  types = re.findall(r'tensor<[^>]*>', match.group(2))
-  pairs = sorted(zip(values, types)) if len(types) == len(values) else sorted(
-      (v, '') for v in values)
-  return 'return ' + ', '.join(f'{v} : {t}' for v, t in pairs)
+    lines.append(line)
+  return '\n'.join(lines)
 
 
 def op_counts(stablehlo_text):
@@ -96,16 +70,17 @@ def _cost(compiled):
 
 
 def compare(name, legacy, linen):
-  """Compares two ``(traced, lowered, compiled)`` triples of one model."""
+  """Compares two models' programs: for each variant a pair ``(lowered,
+  compiled)``, ``lowered`` from ``models.flat_step`` (same argument order in
+  both), ``compiled`` the real step's (for XLA's cost model; None to skip).
+  """
   texts = {}
   row = {'program': name}
-  for variant, (traced, lowered, compiled) in (('legacy', legacy),
-                                               ('linen', linen)):
+  for variant, (lowered, compiled) in (('legacy', legacy), ('linen', linen)):
     text = lowered.as_text()
     texts[variant] = text
-    row[variant] = {'jaxpr_eqns': len(traced.jaxpr.eqns),
-                    'stablehlo_ops': sum(op_counts(text).values()),
-                    **_cost(compiled)}
+    row[variant] = {'stablehlo_ops': sum(op_counts(text).values()),
+                    **(_cost(compiled) if compiled is not None else {})}
   same = (canonical_stablehlo(texts['legacy']) ==
           canonical_stablehlo(texts['linen']))
   row['identical_stablehlo'] = same
@@ -121,7 +96,7 @@ def print_table(rows, out):
         file=out)
 
   def pair(row, key, scale, fmt):
-    values = [row[v][key] for v in ('legacy', 'linen')]
+    values = [row[v].get(key) for v in ('legacy', 'linen')]
     if any(v is None for v in values):
       return '-'
     return '/'.join(format(v * scale, fmt) for v in values)

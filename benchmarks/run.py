@@ -58,15 +58,18 @@ TARGETS = {'train_step': 1.02, 'compile': 1.10, 'init': 1.20,
 SIZES = {
     'tiny': dict(cnn_batch=8, resnet='resnet_tiny', image=8, width=4,
                  resnet_batch=2, reps=3, steps=1, compile_reps=1,
-                 init_reps=3, dispatch_calls=10, memory_steps=2,
+                 init_reps=3, dispatch_calls=10, dispatch_reps=3,
+                 memory_steps=2,
                  memory_reps=1, pmap_reps=2),
     'cpu': dict(cnn_batch=128, resnet='resnet18', image=32, width=32,
                 resnet_batch=16, reps=21, steps=3, compile_reps=5,
-                init_reps=15, dispatch_calls=200, memory_steps=10,
+                init_reps=15, dispatch_calls=200, dispatch_reps=41,
+                memory_steps=10,
                 memory_reps=3, pmap_reps=21),
     'gpu': dict(cnn_batch=128, resnet='resnet50', image=224, width=64,
                 resnet_batch=64, reps=21, steps=20, compile_reps=5,
-                init_reps=15, dispatch_calls=1000, memory_steps=20,
+                init_reps=15, dispatch_calls=1000, dispatch_reps=41,
+                memory_steps=20,
                 memory_reps=3, pmap_reps=21),
 }
 
@@ -207,10 +210,6 @@ def bench_train_step(cfg):
   return rows
 
 
-# Compiled programs of the last compile repetition, for ``programs``.
-_COMPILED = {}
-
-
 def _compile_phases(step, state, batch):
   """(traced, lowered, compiled) and the CPU/wall seconds of each phase."""
   phases = {}
@@ -240,8 +239,7 @@ def bench_compile(cfg):
 
       def run():
         jax.clear_caches()  # also the jitted helpers traced inside the step
-        programs_, phases = _compile_phases(step, state, batch)
-        _COMPILED[(model, variant)] = programs_
+        _, phases = _compile_phases(step, state, batch)
         for phase, (wall, cpu) in phases.items():
           phase_times[variant][phase]['wall'].append(wall)
           phase_times[variant][phase]['cpu'].append(cpu)
@@ -259,17 +257,18 @@ def bench_compile(cfg):
 
 
 def bench_programs(cfg):
-  """Deterministic: lowered StableHLO and XLA cost of the two steps."""
+  """Deterministic: lowered StableHLO and XLA cost of the two steps, both
+  written as functions of the same flat arguments (``models.flat_step``)."""
   rows = []
   for model, build in _builders(cfg).items():
-    compiled = {}
+    programs_ = {}
     for variant in ('legacy', 'linen'):
-      if (model, variant) not in _COMPILED:
-        step, state, batch = build(variant)
-        _COMPILED[(model, variant)], _ = _compile_phases(step, state, batch)
-      compiled[variant] = _COMPILED[(model, variant)]
-    rows.append(programs.compare(model, compiled['legacy'],
-                                 compiled['linen']))
+      step, state, batch = build(variant)
+      fn, args = models.flat_step(variant, step, state, batch)
+      lowered = jax.jit(fn).lower(*args)
+      programs_[variant] = (lowered, lowered.compile())
+    rows.append(programs.compare(model, programs_['legacy'],
+                                 programs_['linen']))
   return rows
 
 
@@ -361,7 +360,8 @@ def bench_dispatch(cfg):
   linen()
   rows = [result('dispatch', f'jitted apply step, {n_legacy} vs {n_linen} '
                  'leaves (ResNet-50 tree; Optimizer vs TrainState)',
-                 interleaved({'legacy': legacy, 'linen': linen}, cfg['reps']),
+                 interleaved({'legacy': legacy, 'linen': linen},
+                             cfg['dispatch_reps']),
                  unit='us', scale=1e6, per=calls)]
 
   # Where dispatch time goes in Python: flattening the state at the call and
@@ -535,7 +535,7 @@ def pmap_child(cfg):
 
 # Run order.  ``compile`` clears JAX's caches, so the benchmarks whose
 # set-up runs eager primitives (each compiled at its first use) come before
-# it; ``programs`` reuses ``compile``'s programs.
+# it.
 BENCHMARKS = ('train_step', 'init', 'dispatch', 'compile', 'programs',
               'memory', 'pmap_step')
 

@@ -103,21 +103,45 @@ def test_data_dependent_initializer_under_init_by_shape():
                              rtol=1e-6)
 
 
-def test_mnist_train_step_lowers_to_linen_optax_program():
-  """The legacy MNIST step (nn.Model + optim.Momentum) and its linen +
-  TrainState + optax port lower to the same StableHLO, up to the order of
-  arguments and results: identical programs cost the same."""
+def _lowered_steps(build):
+  """Lowered StableHLO of the legacy step and its linen port, both as
+  functions of the same flat arguments (benchmarks/models.flat_step)."""
   import os  # pylint: disable=g-import-not-at-top
   import sys  # pylint: disable=g-import-not-at-top
   sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
       __file__))))
   from benchmarks import models  # pylint: disable=g-import-not-at-top
-  from benchmarks import programs  # pylint: disable=g-import-not-at-top
   texts = {}
   for variant in ('legacy', 'linen'):
-    step, state, batch = models.build_cnn(variant, 4)
-    texts[variant] = step.lower(*state, batch).as_text()
+    step, state, batch = build(models, variant)
+    fn, args = models.flat_step(variant, step, state, batch)
+    texts[variant] = jax.jit(fn).lower(*args).as_text()
+  return texts
+
+
+def test_mnist_train_step_lowers_to_linen_optax_program():
+  """The legacy MNIST step (nn.Model + optim.Momentum) and its linen +
+  TrainState + optax port lower to the same StableHLO text: identical
+  programs cost the same."""
+  from benchmarks import programs  # pylint: disable=g-import-not-at-top
+  texts = _lowered_steps(lambda models, v: models.build_cnn(v, 4))
   # 2 forward, 2 kernel gradients, 1 input gradient
   assert programs.op_counts(texts['legacy'])['convolution'] == 5
   assert (programs.canonical_stablehlo(texts['legacy']) ==
           programs.canonical_stablehlo(texts['linen']))
+
+
+def test_resnet_train_step_is_linen_minus_the_variance_clip():
+  """With BatchNorm, the legacy step has linen's operations except those of
+  linen's clip of the variance (and its gradient): nothing extra."""
+  from benchmarks import programs  # pylint: disable=g-import-not-at-top
+  texts = _lowered_steps(lambda models, v: models.build_resnet(
+      v, 2, 'resnet_tiny', 8, 4))
+  legacy = programs.op_counts(texts['legacy'])
+  linen = programs.op_counts(texts['linen'])
+  assert not legacy - linen, legacy - linen
+  clip_ops = {'maximum', 'compare', 'select', 'divide', 'multiply',
+              'broadcast_in_dim', 'constant'}
+  assert set(linen - legacy) <= clip_ops, linen - legacy
+  n_batch_norms = 6  # init_bn, 2 blocks x 2, 1 projection
+  assert (linen - legacy)['maximum'] == n_batch_norms
