@@ -91,7 +91,7 @@ def compare(name, legacy, linen):
 
 def print_table(rows, out):
   print('\nprograms (deterministic; legacy vs linen+optax):', file=out)
-  print(f'{"program":10} {"stablehlo ops":>15} {"identical":>9} '
+  print(f'{"program":22} {"stablehlo ops":>15} {"identical":>9} '
         f'{"MFLOP (XLA cost)":>21} {"MB accessed":>17} {"temp MB":>15}',
         file=out)
 
@@ -102,11 +102,11 @@ def print_table(rows, out):
     return '/'.join(format(v * scale, fmt) for v in values)
 
   for row in rows:
-    print(f'{row["program"]:10} '
+    print(f'{row["program"]:22} '
           f'{pair(row, "stablehlo_ops", 1, "d"):>15} '
           f'{"yes" if row["identical_stablehlo"] else "no":>9} '
           f'{pair(row, "flops", 1e-6, ".5g"):>21} '
           f'{pair(row, "bytes_accessed", 1e-6, ".4g"):>17} '
           f'{pair(row, "temp_bytes", 1e-6, ".4g"):>15}', file=out)
     if row['op_diff']:
-      print(f'{"":10} linen vs legacy ops: {row["op_diff"]}', file=out)
+      print(f'{"":22} linen vs legacy ops: {row["op_diff"]}', file=out)

@@ -256,6 +256,10 @@ def bench_compile(cfg):
   return rows
 
 
+# Rows of the programs table (bench_programs, bench_pmap).
+_PROGRAMS = []
+
+
 def bench_programs(cfg):
   """Deterministic: lowered StableHLO and XLA cost of the two steps, both
   written as functions of the same flat arguments (``models.flat_step``)."""
@@ -267,9 +271,9 @@ def bench_programs(cfg):
       fn, args = models.flat_step(variant, step, state, batch)
       lowered = jax.jit(fn).lower(*args)
       programs_[variant] = (lowered, lowered.compile())
-    rows.append(programs.compare(model, programs_['legacy'],
-                                 programs_['linen']))
-  return rows
+    _PROGRAMS.append(programs.compare(model, programs_['legacy'],
+                                      programs_['linen']))
+  return []
 
 
 def bench_init(cfg):
@@ -488,10 +492,12 @@ def memory_child(variant, cfg):
 
 
 def bench_pmap(cfg, size):
-  return _child(['--_pmap-child', '--size', size, '--clock', CLOCK['name']], {
+  out = _child(['--_pmap-child', '--size', size, '--clock', CLOCK['name']], {
       'XLA_FLAGS': (os.environ.get('XLA_FLAGS', '') +
                     ' --xla_force_host_platform_device_count=8').strip(),
       'JAX_PLATFORMS': 'cpu'})
+  _PROGRAMS.extend(out['programs'])
+  return out['rows']
 
 
 def pmap_child(cfg):
@@ -514,7 +520,13 @@ def pmap_child(cfg):
           (1, 28, 28, 1)))['params'], tx=models.linen_tx()))
   linen = _stepper(jax.pmap(models.linen_pmap_train_step, axis_name='batch'),
                    (state,), batch, 1)
-  rows = []
+  rows, program_rows = [], []
+
+  def lowered(variant, step, state_args):
+    fn, args = models.flat_step(variant, step, state_args, batch)
+    low = jax.pmap(fn, axis_name='batch').lower(*args)
+    return low, low.compile()
+  linen_program = lowered('linen', models.linen_pmap_train_step, (state,))
   for name, what, step, opt in (
       ('pmap_step', 'jax_utils.replicate + lax.pmean (legacy ImageNet '
        'example)', models.legacy_pmap_train_step,
@@ -522,6 +534,9 @@ def pmap_child(cfg):
       ('pmap_step:replicate()', 'Optimizer.replicate(): mean inside '
        'apply_gradient', models.legacy_replicated_train_step,
        optimizer.replicate())):
+    program_rows.append(programs.compare(
+        'pmap cnn' + name[len('pmap_step'):],
+        lowered('legacy', step, (opt,)), linen_program))
     fns = {'legacy': _stepper(jax.pmap(step, axis_name='batch'), (opt,),
                               batch, 1), 'linen': linen}
     for f in fns.values():
@@ -530,7 +545,7 @@ def pmap_child(cfg):
     times = interleaved(fns, cfg['pmap_reps'])
     rows.append(result(name, f'MNIST CNN step on {n} CPU devices, batch '
                        f'{per_device} each; {what}', times))
-  print(json.dumps(rows))
+  print(json.dumps({'rows': rows, 'programs': program_rows}))
 
 
 # Run order.  ``compile`` clears JAX's caches, so the benchmarks whose
@@ -612,7 +627,7 @@ def main(argv=None):
   if unknown:
     parser.error(f'unknown benchmark(s): {", ".join(unknown)}')
   info = machine()
-  rows, program_rows = [], []
+  rows = []
   started = time.perf_counter()
   for name in [b for b in BENCHMARKS if b in selected]:
     t0 = time.perf_counter()
@@ -620,8 +635,6 @@ def main(argv=None):
       rows += bench_memory(cfg, size)
     elif name == 'pmap_step':
       rows += bench_pmap(cfg, size)
-    elif name == 'programs':
-      program_rows += bench_programs(cfg)
     else:
       rows += globals()['bench_' + name](cfg)
     print(f'... {name} done ({time.perf_counter() - t0:.0f} s)',
@@ -634,12 +647,12 @@ def main(argv=None):
         f'{info["flax"]}, optax {info["optax"]}, size={size}, '
         f'clock={CLOCK["name"]}')
   print_table(rows)
-  if program_rows:
-    programs.print_table(program_rows, sys.stdout)
+  if _PROGRAMS:
+    programs.print_table(_PROGRAMS, sys.stdout)
   if args.json:
     with open(args.json, 'w') as f:
       json.dump({'machine': info, 'size': size, 'clock': CLOCK['name'],
-                 'config': cfg, 'results': rows, 'programs': program_rows},
+                 'config': cfg, 'results': rows, 'programs': _PROGRAMS},
                 f, indent=1)
   return 0
 
