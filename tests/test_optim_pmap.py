@@ -45,6 +45,29 @@ SCRIPT = textwrap.dedent("""
                                rtol=1e-6)
     assert int(back.state.step) == 1
 
+    # The averaging lowers to the program of an explicit lax.pmean step
+    # (same operations in the same order), so it costs the same.
+    import re
+    def ops(fn, opt):
+      text = jax.pmap(fn, axis_name='batch').lower(opt, grads).as_text()
+      return re.findall(r'stablehlo\\.[a-z_]+', text)
+    replicated = ops(lambda o, g: o.apply_gradient(g),
+                     optim.Momentum(0.1).create(params).replicate())
+    explicit = ops(lambda o, g: o.apply_gradient(jax.lax.pmean(g, 'batch')),
+                   jax_utils.replicate(optim.Momentum(0.1).create(params)))
+    assert replicated.count('stablehlo.all_reduce') == 2, replicated
+    assert replicated == explicit, (replicated, explicit)
+
+    # A subclass's own _cross_replica_mean is still called per leaf.
+    class Halved(optim.ReplicatedOptimizer):
+      def _cross_replica_mean(self, grad):
+        return super()._cross_replica_mean(grad) / 2
+    rep = optim.Momentum(0.1).create(params).replicate()
+    rep = rep.replace(optimizer_def=Halved(rep.optimizer_def.optimizer_def))
+    rep = step(rep, grads)
+    np.testing.assert_allclose(rep.target['w'][0],
+                               params['w'] - 0.1 * 3.5 / 2, rtol=1e-6)
+
     # optimize() inside pmap with a per-call learning rate (mnist example).
     rep = optim.Momentum(0.1).create(params).replicate()
     def p_step(o, x, lr):
