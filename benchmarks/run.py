@@ -65,12 +65,12 @@ SIZES = {
                 resnet_batch=16, reps=21, steps=3, compile_reps=5,
                 init_reps=15, dispatch_calls=200, dispatch_reps=41,
                 memory_steps=10,
-                memory_reps=3, pmap_reps=21),
+                memory_reps=3, pmap_reps=61),
     'gpu': dict(cnn_batch=128, resnet='resnet50', image=224, width=64,
                 resnet_batch=64, reps=21, steps=20, compile_reps=5,
                 init_reps=15, dispatch_calls=1000, dispatch_reps=41,
                 memory_steps=20,
-                memory_reps=3, pmap_reps=21),
+                memory_reps=3, pmap_reps=61),
 }
 
 # The dispatch benchmark's tree: a ResNet-50's parameters (161 leaves; the
