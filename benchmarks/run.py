@@ -256,13 +256,10 @@ def bench_compile(cfg):
   return rows
 
 
-# Rows of the programs table (bench_programs, bench_pmap).
-_PROGRAMS = []
-
-
 def bench_programs(cfg):
   """Deterministic: lowered StableHLO and XLA cost of the two steps, both
-  written as functions of the same flat arguments (``models.flat_step``)."""
+  written as functions of the same flat arguments (``models.flat_step``).
+  Returns rows of the programs table, not timing rows."""
   rows = []
   for model, build in _builders(cfg).items():
     programs_ = {}
@@ -271,9 +268,9 @@ def bench_programs(cfg):
       fn, args = models.flat_step(variant, step, state, batch)
       lowered = jax.jit(fn).lower(*args)
       programs_[variant] = (lowered, lowered.compile())
-    _PROGRAMS.append(programs.compare(model, programs_['legacy'],
-                                      programs_['linen']))
-  return []
+    rows.append(programs.compare(model, programs_['legacy'],
+                                 programs_['linen']))
+  return rows
 
 
 def bench_init(cfg):
@@ -442,6 +439,10 @@ def bench_memory(cfg, size):
                    '(informational)',
                    {v: [kb / 1024 for kb in values[v]['growth_kb']]
                     for v in values}, 'MiB', target=None),
+      value_result('memory:build', 'the same, after building model, params '
+                   'and optimizer, before any step (informational)',
+                   {v: [kb / 1024 for kb in values[v]['build_kb']]
+                    for v in values}, 'MiB', target=None),
       value_result('memory:live arrays', 'bytes of live jax.Arrays after '
                    'the run (deterministic; informational)',
                    {v: [b / 2**20 for b in values[v]['live_bytes']]
@@ -480,6 +481,7 @@ def memory_child(variant, cfg):
   base = _rss_kb('VmRSS') if os.path.exists('/proc/self/status') else 0
   step, state, batch = models.build_resnet(
       variant, cfg['resnet_batch'], cfg['resnet'], cfg['image'], cfg['width'])
+  built = _peak_rss_kb()
   run = _stepper(step, state, batch, cfg['memory_steps'])
   run()
   peak = _peak_rss_kb()
@@ -487,17 +489,18 @@ def memory_child(variant, cfg):
   gc.collect()
   live = sum(x.nbytes for x in jax.live_arrays())
   print(json.dumps({'peak_rss_kb': peak, 'growth_kb': peak - base,
+                    'build_kb': built - base,
                     'live_bytes': live,
                     'device_peak_bytes': stats.get('peak_bytes_in_use')}))
 
 
 def bench_pmap(cfg, size):
+  """(timing rows, programs-table rows) of the 8-device pmap steps."""
   out = _child(['--_pmap-child', '--size', size, '--clock', CLOCK['name']], {
       'XLA_FLAGS': (os.environ.get('XLA_FLAGS', '') +
                     ' --xla_force_host_platform_device_count=8').strip(),
       'JAX_PLATFORMS': 'cpu'})
-  _PROGRAMS.extend(out['programs'])
-  return out['rows']
+  return out['rows'], out['programs']
 
 
 def pmap_child(cfg):
@@ -627,14 +630,18 @@ def main(argv=None):
   if unknown:
     parser.error(f'unknown benchmark(s): {", ".join(unknown)}')
   info = machine()
-  rows = []
+  rows, program_rows = [], []
   started = time.perf_counter()
   for name in [b for b in BENCHMARKS if b in selected]:
     t0 = time.perf_counter()
     if name == 'memory':
       rows += bench_memory(cfg, size)
     elif name == 'pmap_step':
-      rows += bench_pmap(cfg, size)
+      timings, pmap_programs = bench_pmap(cfg, size)
+      rows += timings
+      program_rows += pmap_programs
+    elif name == 'programs':
+      program_rows += bench_programs(cfg)
     else:
       rows += globals()['bench_' + name](cfg)
     print(f'... {name} done ({time.perf_counter() - t0:.0f} s)',
@@ -647,12 +654,12 @@ def main(argv=None):
         f'{info["flax"]}, optax {info["optax"]}, size={size}, '
         f'clock={CLOCK["name"]}')
   print_table(rows)
-  if _PROGRAMS:
-    programs.print_table(_PROGRAMS, sys.stdout)
+  if program_rows:
+    programs.print_table(program_rows, sys.stdout)
   if args.json:
     with open(args.json, 'w') as f:
       json.dump({'machine': info, 'size': size, 'clock': CLOCK['name'],
-                 'config': cfg, 'results': rows, 'programs': _PROGRAMS},
+                 'config': cfg, 'results': rows, 'programs': program_rows},
                 f, indent=1)
   return 0
 

@@ -49,7 +49,8 @@ def test_every_benchmark_reports_a_finite_ratio(tiny_run):
   for name in ('train_step:cnn', 'train_step:resnet', 'compile:cnn',
                'compile:resnet', 'init:cnn init_by_shape',
                'init:cnn create_by_shape', 'init:resnet init_by_shape',
-               'dispatch', 'memory', 'pmap_step', 'pmap_step:replicate()'):
+               'dispatch', 'memory', 'memory:build', 'pmap_step',
+               'pmap_step:replicate()'):
     assert name in rows, name
   for row in data['results']:
     for key in ('legacy', 'linen', 'ratio', 'ratio_q1', 'ratio_q3'):
