@@ -6,8 +6,8 @@
 or when user code calls ``flaxlegacy.activate()``.  It
 
 1. installs the import hook (for environments that skip .pth files);
-2. adds the JAX names legacy code used and modern JAX removed
-   (``_names.JAX_ALIASES``), each only where the name is absent;
+2. adds the JAX, NumPy and Python names legacy code used and today's
+   releases removed (``_names.ALIASES``), each only where the name is absent;
 3. applies the legacy policies (``_names.POLICIES``): the legacy PRNG stream
    and legacy msgpack checkpoints, each with an environment opt-out, and
    announces them once in the log.
@@ -122,8 +122,12 @@ def _resolve(dotted):
 
 
 def _has(owner, name):
+  import warnings  # pylint: disable=g-import-not-at-top
   try:
-    getattr(owner, name)
+    with warnings.catch_warnings():
+      # numpy's __getattr__ warns (FutureWarning) before raising for np.str.
+      warnings.simplefilter('ignore')
+      getattr(owner, name)
   except AttributeError:
     return False
   except Exception:  # pylint: disable=broad-except
@@ -136,16 +140,20 @@ def _value_of(spec):
   if spec.startswith('@'):
     return _SPECIAL[spec[1:]]
   module, _, attr = spec.partition(':')
+  if not attr:  # 'module:' is the module itself (np.math is math)
+    return importlib.import_module(module)
   return getattr(_resolve(module), attr)
 
 
 def install_jax_aliases():
-  """Adds each name of ``_names.JAX_ALIASES`` where it is absent.
+  """Adds each name of ``_names.ALIASES`` where it is absent.
 
+  ``ALIASES`` holds the removed JAX names (``JAX_ALIASES``,
+  ``JAX_REMOVED_API``), flax private names, NumPy names and Python names.
   Returns the aliases that were added.  Nothing that exists is replaced.
   """
   added = []
-  for alias in _names.JAX_ALIASES:
+  for alias in _names.ALIASES:
     try:
       owner = _resolve(alias.owner)
     except (ImportError, AttributeError):
