@@ -121,8 +121,21 @@ class CustomTransformsFunction:
   def __repr__(self):
     return f'<jax.custom_transforms function {getattr(self.fun, "__name__", self.fun)}>'
 
+  def _positional(self):
+    # custom_jvp / custom_vjp bind ``fun``'s signature and pass its default
+    # arguments to the rules too; legacy rules got the call's positional
+    # arguments only.
+    # (No functools.wraps: its __wrapped__ would expose the signature.)
+    fun = self.fun
+
+    def positional(*args):
+      return fun(*args)
+
+    positional.__name__ = getattr(fun, '__name__', 'custom_transforms')
+    return positional
+
   def _set_jvp_all(self, rule):
-    impl = jax.custom_jvp(self.fun)
+    impl = jax.custom_jvp(self._positional())
     impl.defjvp(lambda primals, tangents: rule(primals, tangents))
     self._impl = impl
 
@@ -131,7 +144,7 @@ class CustomTransformsFunction:
     # carry as a residual; the residuals are the primal inputs and the
     # backward pass calls ``rule`` again on them to get the closure.  Under
     # jit the recomputed primal output is unused and removed by XLA.
-    impl = jax.custom_vjp(self.fun)
+    impl = jax.custom_vjp(self._positional())
 
     def fwd(*primals):
       ans, _ = rule(*primals)
