@@ -585,3 +585,21 @@ def test_check_reports_each_name_with_its_modern_equivalent():
   names = {f.name for f in findings}
   assert not {'numpy.float32', 'numpy.zeros', 'collections.OrderedDict',
               'jax.devices'} & names
+
+
+def test_jax_test_util_names_resolve_on_first_access():
+  """absl.testing costs ~60 ms to import: not paid at activation."""
+  out = run_python(legacy=True, code='''
+      import sys
+      print('absl.testing.parameterized' in sys.modules)
+      import jax.test_util as jtu
+      from absl.testing import parameterized
+      print(issubclass(jtu.JaxTestCase, parameterized.TestCase),
+            'JaxTestCase' in vars(jtu), jtu.check_grads.__module__)
+      try:
+        jtu.no_such_name
+      except AttributeError as e:
+        print(e)
+  ''')
+  assert out == ['False', 'True True jax._src.public_test_util',
+                 "module 'jax.test_util' has no attribute 'no_such_name'"]
