@@ -242,7 +242,32 @@ JAX_REMOVED_API = (
     Alias('jax.test_util', 'rand_bool', _C + 'jax_test_util:rand_bool',
           'jax 0.3.8', 'numpy.random.RandomState(seed).rand(...) < 0.5',
           False),
-)
+) + tuple(
+    # jax.numpy followed NumPy's removals of these.
+    Alias('jax.numpy', name, value, removed, today, True)
+    for name, value, removed, today in (
+        ('product', _C + 'numpy_names:jnp_product', 'jax 0.4.x',
+         'jax.numpy.prod'),
+        ('cumproduct', _C + 'numpy_names:jnp_cumproduct', 'jax 0.4.x',
+         'jax.numpy.cumprod'),
+        ('sometrue', _C + 'numpy_names:jnp_sometrue', 'jax 0.4.x',
+         'jax.numpy.any'),
+        ('alltrue', _C + 'numpy_names:jnp_alltrue', 'jax 0.4.x',
+         'jax.numpy.all'),
+        ('round_', _C + 'numpy_names:jnp_round_', 'jax 0.4.x',
+         'jax.numpy.round'),
+        ('msort', _C + 'numpy_names:jnp_msort', 'jax 0.4.x',
+         'jax.numpy.sort(a, axis=0)'),
+        ('trapz', _C + 'numpy_names:jnp_trapz', 'jax 0.4.x',
+         'jax.numpy.trapezoid'),
+        ('in1d', _C + 'numpy_names:jnp_in1d', 'jax 0.4.x',
+         'jax.numpy.isin(a, b).ravel()'),
+        ('row_stack', _C + 'numpy_names:jnp_row_stack', 'jax 0.4.x',
+         'jax.numpy.vstack'),
+        ('NINF', _C + 'numpy_names:NINF', 'jax 0.4.x', '-jax.numpy.inf'),
+        ('NZERO', _C + 'numpy_names:NZERO', 'jax 0.4.x', '-0.0'),
+        ('PZERO', _C + 'numpy_names:PZERO', 'jax 0.4.x', '0.0'),
+    ))
 
 # Private names of flax modules that still exist (legacy surface, issue 18
 # section 1): added to the real module, only where absent.

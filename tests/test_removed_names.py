@@ -87,6 +87,23 @@ def test_numpy_names_have_their_old_meanings_in_a_legacy_process():
   ]
 
 
+def test_jax_numpy_mirrors_of_the_numpy_removals():
+  out = run_python(legacy=True, code='''
+      import jax.numpy as jnp
+      a = jnp.array([[3, 1], [2, 4]])
+      print(int(jnp.product(a)), jnp.cumproduct(a).tolist(),
+            bool(jnp.sometrue(a > 3)), bool(jnp.alltrue(a > 0)),
+            jnp.round_(jnp.array([2.5, -1.5, 0.4])).tolist(),
+            jnp.msort(a).tolist(), float(jnp.trapz(jnp.array([1., 2., 3.]))),
+            jnp.in1d(jnp.array([[1, 5], [2, 7]]), jnp.array([1, 2])).tolist(),
+            jnp.row_stack([jnp.ones(2), jnp.zeros(2)]).tolist(),
+            jnp.NINF, jnp.PZERO)
+  ''')
+  assert out == ['24 [3, 3, 6, 24] True True [2.0, -2.0, 0.0]'
+                 ' [[2, 1], [3, 4]] 4.0 [True, False, True, False]'
+                 ' [[1.0, 1.0], [0.0, 0.0]] -inf 0.0']
+
+
 def test_python_names_have_their_old_meanings_in_a_legacy_process():
   out = run_python(legacy=True, code='''
       import collections, collections.abc, inspect

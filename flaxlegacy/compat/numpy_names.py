@@ -151,3 +151,61 @@ def getargspec(func):
     raise ValueError('Function has keyword-only parameters or annotations, '
                      'use inspect.signature() API which can support them')
   return ArgSpec(spec.args, spec.varargs, spec.varkw, spec.defaults)
+
+
+# --- jax.numpy names removed since 2020 (NumPy's removals, mirrored) -------
+
+
+def jnp_product(a, *args, **kwargs):
+  """Removed ``jnp.product``: ``jnp.prod``."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.prod(a, *args, **kwargs)
+
+
+def jnp_cumproduct(a, *args, **kwargs):
+  """Removed ``jnp.cumproduct``: ``jnp.cumprod``."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.cumprod(a, *args, **kwargs)
+
+
+def jnp_sometrue(a, *args, **kwargs):
+  """Removed ``jnp.sometrue``: ``jnp.any``."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.any(a, *args, **kwargs)
+
+
+def jnp_alltrue(a, *args, **kwargs):
+  """Removed ``jnp.alltrue``: ``jnp.all``."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.all(a, *args, **kwargs)
+
+
+def jnp_round_(a, decimals=0, out=None):
+  """Removed ``jnp.round_``: ``jnp.round``."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.round(a, decimals=decimals, out=out)
+
+
+def jnp_msort(a):
+  """Removed ``jnp.msort``: sorted along the first axis."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.sort(a, axis=0)
+
+
+def jnp_trapz(y, x=None, dx=1.0, axis=-1):
+  """Removed ``jnp.trapz``: ``jnp.trapezoid``."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.trapezoid(y, x=x, dx=dx, axis=axis)
+
+
+def jnp_in1d(ar1, ar2, assume_unique=False, invert=False):
+  """Removed ``jnp.in1d``: ``jnp.isin`` on the flattened ``ar1``."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.isin(jnp.ravel(ar1), ar2, assume_unique=assume_unique,
+                  invert=invert)
+
+
+def jnp_row_stack(tup, dtype=None):
+  """Removed ``jnp.row_stack``: ``jnp.vstack``."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  return jnp.vstack(tup, dtype=dtype)
