@@ -461,6 +461,7 @@ def test_jax_test_util_names_in_a_legacy_test_file(tmp_path):
   """A 2020 test file, run under unittest in a legacy process."""
   (tmp_path / 'legacy_test.py').write_text(textwrap.dedent('''
       from absl.testing import absltest
+      from absl.testing import parameterized
       import jax.numpy as jnp
       import numpy as np
       from jax import test_util as jtu
@@ -490,6 +491,17 @@ def test_jax_test_util_names_in_a_legacy_test_file(tmp_path):
           self.assertEqual(jtu.rand_default(self.rng())((2, 3), np.float32).dtype,
                            np.float32)
 
+        @parameterized.named_parameters(jtu.cases_from_list(
+            {'testcase_name': f'_{jtu.format_shape_dtype_string(s, d)}',
+             'shape': s, 'dtype': d}
+            for s in [(2,), (3, 1)] for d in [np.float32]))
+        def test_parameterized(self, shape, dtype):
+          x = jtu.rand_default(self.rng())(shape, dtype)
+          self._CompileAndCheck(lambda v: jnp.sin(v) * 2, lambda: [x])
+          self._CheckAgainstNumpy(lambda v: np.sin(v) * 2,
+                                  lambda v: jnp.sin(v) * 2, lambda: [x],
+                                  tol=1e-5)
+
         @jtu.skip_on_devices('cpu')
         def test_skipped_on_cpu(self):
           raise AssertionError('must be skipped on cpu')
@@ -507,7 +519,7 @@ def test_jax_test_util_names_in_a_legacy_test_file(tmp_path):
                          str(tmp_path / 'legacy_test.py')],
                         env=env, capture_output=True, text=True, timeout=300)
   assert proc.returncode == 0, proc.stdout + proc.stderr
-  assert 'Ran 4 tests' in proc.stderr and 'OK (skipped=1)' in proc.stderr, (
+  assert 'Ran 6 tests' in proc.stderr and 'OK (skipped=1)' in proc.stderr, (
       proc.stderr)
 
 
