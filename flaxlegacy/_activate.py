@@ -6,8 +6,8 @@
 or when user code calls ``flaxlegacy.activate()``.  It
 
 1. installs the import hook (for environments that skip .pth files);
-2. adds the JAX names legacy code used and modern JAX removed
-   (``_names.JAX_ALIASES``), each only where the name is absent;
+2. adds the JAX, NumPy and Python names legacy code used and today's
+   releases removed (``_names.ALIASES``), each only where the name is absent;
 3. applies the legacy policies (``_names.POLICIES``): the legacy PRNG stream
    and legacy msgpack checkpoints, each with an environment opt-out, and
    announces them once in the log.
@@ -18,6 +18,7 @@ import logging
 import os
 import sys
 import threading
+import types
 
 from flaxlegacy import _hook
 from flaxlegacy import _names
@@ -122,8 +123,12 @@ def _resolve(dotted):
 
 
 def _has(owner, name):
+  import warnings  # pylint: disable=g-import-not-at-top
   try:
-    getattr(owner, name)
+    with warnings.catch_warnings():
+      # numpy's __getattr__ warns (FutureWarning) before raising for np.str.
+      warnings.simplefilter('ignore')
+      getattr(owner, name)
   except AttributeError:
     return False
   except Exception:  # pylint: disable=broad-except
@@ -136,21 +141,61 @@ def _value_of(spec):
   if spec.startswith('@'):
     return _SPECIAL[spec[1:]]
   module, _, attr = spec.partition(':')
+  if not attr:  # 'module:' is the module itself (np.math is math)
+    return importlib.import_module(module)
   return getattr(_resolve(module), attr)
 
 
-def install_jax_aliases():
-  """Adds each name of ``_names.JAX_ALIASES`` where it is absent.
+# Replacements whose module is costly to import (jax_test_util imports
+# absl.testing, ~60 ms): resolved on first access through a module
+# ``__getattr__`` on the owner instead of at activation.
+_LAZY_VALUE_MODULES = ('flaxlegacy.compat.jax_test_util',)
 
+
+def _install_lazy(owner, lazy):
+  """Gives module ``owner`` a ``__getattr__`` for the names in ``lazy``.
+
+  Chains to the module's own ``__getattr__`` if it has one; a resolved name
+  becomes a plain attribute.
+  """
+  namespace = owner.__dict__
+  previous = namespace.get('__getattr__')
+
+  def __getattr__(name):  # pylint: disable=invalid-name
+    spec = lazy.get(name)
+    if spec is not None:
+      value = _value_of(spec)
+      setattr(owner, name, value)
+      return value
+    if previous is not None:
+      return previous(name)
+    raise AttributeError(
+        f'module {owner.__name__!r} has no attribute {name!r}')
+
+  __getattr__.flaxlegacy_lazy = lazy
+  namespace['__getattr__'] = __getattr__
+
+
+def install_jax_aliases():
+  """Adds each name of ``_names.ALIASES`` where it is absent.
+
+  ``ALIASES`` holds the removed JAX names (``JAX_ALIASES``,
+  ``JAX_REMOVED_API``), flax private names, NumPy names and Python names.
   Returns the aliases that were added.  Nothing that exists is replaced.
   """
   added = []
-  for alias in _names.JAX_ALIASES:
+  lazy = {}
+  for alias in _names.ALIASES:
     try:
       owner = _resolve(alias.owner)
     except (ImportError, AttributeError):
       continue
     if _has(owner, alias.name):
+      continue
+    if (alias.value.partition(':')[0] in _LAZY_VALUE_MODULES and
+        isinstance(owner, types.ModuleType)):
+      lazy.setdefault(owner, {})[alias.name] = alias.value
+      added.append(alias)
       continue
     try:
       value = _value_of(alias.value)
@@ -160,6 +205,8 @@ def install_jax_aliases():
       continue
     setattr(owner, alias.name, value)
     added.append(alias)
+  for owner, names in lazy.items():
+    _install_lazy(owner, names)
   # Removed module paths that must exist in sys.modules without going
   # through the import system (see _hook._serve_jax_config).
   if 'jax.config' not in sys.modules:

@@ -93,6 +93,10 @@ def _module_entries():
                   'jax<0.3.16', 'jax 0.3.15', 'jax.example_libraries.stax'),
       ModuleEntry('jax.linear_util', 'jax.extend.linear_util', 'jax<0.4.24',
                   'jax 0.4.23', 'jax.extend.linear_util'),
+      ModuleEntry('jax.lib.xla_bridge', 'flaxlegacy.compat.xla_bridge',
+                  'jax<0.8.0', 'jax 0.8.0',
+                  'jax.devices() / jax.device_count() / jax.default_backend() '
+                  '/ jax.extend.backend.get_backend'),
   ]
   return tuple(entries)
 
@@ -170,6 +174,222 @@ JAX_ALIASES = (
     Alias('jax.test_util', 'check_eq', '@check_eq', 'jax 0.3.8',
           'numpy.testing.assert_allclose per leaf', False),
 )
+
+# More removed names, same rules as JAX_ALIASES (added at activation, each
+# only where absent).  Value specs as above, plus 'module:' (empty attribute)
+# for a module itself.  Implementations: flaxlegacy/compat/.
+_C = 'flaxlegacy.compat.'
+
+# JAX functions and test helpers used beside Flax (issue 18, section 3).
+JAX_REMOVED_API = (
+    Alias('jax.lib', 'xla_bridge', _C + 'xla_bridge:', 'jax 0.8.0',
+          'jax.devices() / jax.device_count() / jax.default_backend()', True),
+    Alias('jax', 'device_put_sharded', _C + 'jax_api:device_put_sharded',
+          'jax 0.10.0', 'jax.device_put(jnp.stack(shards), NamedSharding(...))',
+          True),
+    Alias('jax', 'device_put_replicated',
+          _C + 'jax_api:device_put_replicated', 'jax 0.10.0',
+          'jax.device_put(jnp.stack([x] * n), NamedSharding(...)) or '
+          'flax.jax_utils.replicate', True),
+    Alias('jax', 'custom_transforms', _C + 'jax_api:custom_transforms',
+          'jax 0.2.12', 'jax.custom_jvp / jax.custom_vjp', True),
+    Alias('jax', 'defjvp_all', _C + 'jax_api:defjvp_all', 'jax 0.2.12',
+          'jax.custom_jvp + f.defjvp', True),
+    Alias('jax', 'defjvp', _C + 'jax_api:defjvp', 'jax 0.2.12',
+          'jax.custom_jvp + f.defjvps', True),
+    Alias('jax', 'defvjp_all', _C + 'jax_api:defvjp_all', 'jax 0.2.12',
+          'jax.custom_vjp + f.defvjp(fwd, bwd)', True),
+    Alias('jax', 'defvjp', _C + 'jax_api:defvjp', 'jax 0.2.12',
+          'jax.custom_vjp + f.defvjp(fwd, bwd)', True),
+    Alias('jax.test_util', 'JaxTestCase', _C + 'jax_test_util:JaxTestCase',
+          'jax 0.3.8', 'absltest.TestCase + numpy.testing / chex', False),
+    Alias('jax.test_util', 'check_close', _C + 'jax_test_util:check_close',
+          'jax 0.3.8', 'numpy.testing.assert_allclose per leaf', True),
+    Alias('jax.test_util', 'tolerance', _C + 'jax_test_util:tolerance',
+          'jax 0.3.8', 'explicit atol / rtol', True),
+    Alias('jax.test_util', 'default_tolerance',
+          _C + 'jax_test_util:default_tolerance', 'jax 0.3.8',
+          'explicit atol / rtol', True),
+    Alias('jax.test_util', 'device_under_test',
+          _C + 'jax_test_util:device_under_test', 'jax 0.3.8',
+          'jax.default_backend()', True),
+    Alias('jax.test_util', 'skip_on_devices',
+          _C + 'jax_test_util:skip_on_devices', 'jax 0.3.8',
+          'unittest.skipIf(jax.default_backend() in ...)', True),
+    Alias('jax.test_util', 'format_shape_dtype_string',
+          _C + 'jax_test_util:format_shape_dtype_string', 'jax 0.3.8',
+          "f'{dtype.name}[{shape}]'", True),
+    Alias('jax.test_util', 'cases_from_list',
+          _C + 'jax_test_util:cases_from_list', 'jax 0.3.8', 'list(cases)',
+          False),
+    Alias('jax.test_util', 'rand_default', _C + 'jax_test_util:rand_default',
+          'jax 0.3.8', 'numpy.random.RandomState(seed).standard_normal',
+          False),
+    Alias('jax.test_util', 'rand_small', _C + 'jax_test_util:rand_small',
+          'jax 0.3.8', 'numpy.random.RandomState(seed).standard_normal',
+          False),
+    Alias('jax.test_util', 'rand_positive', _C + 'jax_test_util:rand_positive',
+          'jax 0.3.8', 'numpy.random.RandomState(seed)', False),
+    Alias('jax.test_util', 'rand_nonzero', _C + 'jax_test_util:rand_nonzero',
+          'jax 0.3.8', 'numpy.random.RandomState(seed)', False),
+    Alias('jax.test_util', 'rand_not_small',
+          _C + 'jax_test_util:rand_not_small', 'jax 0.3.8',
+          'numpy.random.RandomState(seed)', False),
+    Alias('jax.test_util', 'rand_uniform', _C + 'jax_test_util:rand_uniform',
+          'jax 0.3.8', 'numpy.random.RandomState(seed).uniform', False),
+    Alias('jax.test_util', 'rand_int', _C + 'jax_test_util:rand_int',
+          'jax 0.3.8', 'numpy.random.RandomState(seed).randint', False),
+    Alias('jax.test_util', 'rand_bool', _C + 'jax_test_util:rand_bool',
+          'jax 0.3.8', 'numpy.random.RandomState(seed).rand(...) < 0.5',
+          False),
+) + tuple(
+    # jax.numpy followed NumPy's removals of these.
+    Alias('jax.numpy', name, value, removed, today, True)
+    for name, value, removed, today in (
+        ('product', _C + 'numpy_names:jnp_product', 'jax 0.4.x',
+         'jax.numpy.prod'),
+        ('cumproduct', _C + 'numpy_names:jnp_cumproduct', 'jax 0.4.x',
+         'jax.numpy.cumprod'),
+        ('sometrue', _C + 'numpy_names:jnp_sometrue', 'jax 0.4.x',
+         'jax.numpy.any'),
+        ('alltrue', _C + 'numpy_names:jnp_alltrue', 'jax 0.4.x',
+         'jax.numpy.all'),
+        ('round_', _C + 'numpy_names:jnp_round_', 'jax 0.4.x',
+         'jax.numpy.round'),
+        ('msort', _C + 'numpy_names:jnp_msort', 'jax 0.4.x',
+         'jax.numpy.sort(a, axis=0)'),
+        ('trapz', _C + 'numpy_names:jnp_trapz', 'jax 0.4.x',
+         'jax.numpy.trapezoid'),
+        ('in1d', _C + 'numpy_names:jnp_in1d', 'jax 0.4.x',
+         'jax.numpy.isin(a, b).ravel()'),
+        ('row_stack', _C + 'numpy_names:jnp_row_stack', 'jax 0.4.x',
+         'jax.numpy.vstack'),
+        ('NINF', _C + 'numpy_names:NINF', 'jax 0.4.x', '-jax.numpy.inf'),
+        ('NZERO', _C + 'numpy_names:NZERO', 'jax 0.4.x', '-0.0'),
+        ('PZERO', _C + 'numpy_names:PZERO', 'jax 0.4.x', '0.0'),
+    ))
+
+# Private names of flax modules that still exist (legacy surface, issue 18
+# section 1): added to the real module, only where absent.
+FLAX_PRIVATE_ALIASES = (
+    Alias('flax.jax_utils', '_replicate', _C + 'jax_api:_replicate',
+          'flax v0.3.6', 'flax.jax_utils.replicate', True),
+    Alias('flax.jax_utils', '_is_omnistaging', _C + 'jax_api:_is_omnistaging',
+          'flax v0.2.2', 'drop it (omnistaging is always on)', True),
+)
+
+# NumPy names removed in 1.24 / 2.0 / 2.x, with their 2020 meaning (issue 18
+# section 2).  np.bool and np.long are absent on purpose: NumPy 2 defines
+# them again with other meanings, and nothing that exists is overridden
+# (docs/decisions.md).
+_NP_ALIASES = (
+    # name, value, removed, today
+    ('float', 'builtins:float', 'numpy 1.24', 'float'),
+    ('int', 'builtins:int', 'numpy 1.24', 'int'),
+    ('object', 'builtins:object', 'numpy 1.24', 'object'),
+    ('str', 'builtins:str', 'numpy 1.24', 'str'),
+    ('complex', 'builtins:complex', 'numpy 1.24', 'complex'),
+    ('unicode', 'builtins:str', 'numpy 1.24', 'str'),
+    ('warnings', 'warnings:', 'numpy 1.24', 'import warnings'),
+    ('int0', 'numpy:intp', 'numpy 2.0', 'numpy.intp'),
+    ('uint0', 'numpy:uintp', 'numpy 2.0', 'numpy.uintp'),
+    ('bool8', 'numpy:bool_', 'numpy 2.0', 'numpy.bool_'),
+    ('str0', 'numpy:str_', 'numpy 2.0', 'numpy.str_'),
+    ('bytes0', 'numpy:bytes_', 'numpy 2.0', 'numpy.bytes_'),
+    ('void0', 'numpy:void', 'numpy 2.0', 'numpy.void'),
+    ('object0', 'numpy:object_', 'numpy 2.0', 'numpy.object_'),
+    ('float_', 'numpy:float64', 'numpy 2.0', 'numpy.float64'),
+    ('complex_', 'numpy:complex128', 'numpy 2.0', 'numpy.complex128'),
+    ('cfloat', 'numpy:complex128', 'numpy 2.0', 'numpy.complex128'),
+    ('singlecomplex', 'numpy:complex64', 'numpy 2.0', 'numpy.complex64'),
+    ('longfloat', 'numpy:longdouble', 'numpy 2.0', 'numpy.longdouble'),
+    ('longcomplex', 'numpy:clongdouble', 'numpy 2.0', 'numpy.clongdouble'),
+    ('clongfloat', 'numpy:clongdouble', 'numpy 2.0', 'numpy.clongdouble'),
+    ('string_', 'numpy:bytes_', 'numpy 2.0', 'numpy.bytes_'),
+    ('unicode_', 'numpy:str_', 'numpy 2.0', 'numpy.str_'),
+    ('Inf', 'numpy:inf', 'numpy 2.0', 'numpy.inf'),
+    ('Infinity', 'numpy:inf', 'numpy 2.0', 'numpy.inf'),
+    ('infty', 'numpy:inf', 'numpy 2.0', 'numpy.inf'),
+    ('PINF', 'numpy:inf', 'numpy 2.0', 'numpy.inf'),
+    ('NINF', _C + 'numpy_names:NINF', 'numpy 2.0', '-numpy.inf'),
+    ('NaN', 'numpy:nan', 'numpy 2.0', 'numpy.nan'),
+    ('NZERO', _C + 'numpy_names:NZERO', 'numpy 2.0', '-0.0'),
+    ('PZERO', _C + 'numpy_names:PZERO', 'numpy 2.0', '0.0'),
+    ('math', 'math:', 'numpy 2.0', 'import math'),
+    ('product', _C + 'numpy_names:product', 'numpy 2.0', 'numpy.prod'),
+    ('cumproduct', _C + 'numpy_names:cumproduct', 'numpy 2.0',
+     'numpy.cumprod'),
+    ('sometrue', _C + 'numpy_names:sometrue', 'numpy 2.0', 'numpy.any'),
+    ('alltrue', _C + 'numpy_names:alltrue', 'numpy 2.0', 'numpy.all'),
+    ('round_', _C + 'numpy_names:round_', 'numpy 2.0', 'numpy.round'),
+    ('msort', _C + 'numpy_names:msort', 'numpy 2.0',
+     'numpy.sort(a, axis=0)'),
+    ('asfarray', _C + 'numpy_names:asfarray', 'numpy 2.0',
+     'numpy.asarray(a, dtype=float)'),
+    ('asscalar', _C + 'numpy_names:asscalar', 'numpy 1.23', 'a.item()'),
+    ('find_common_type', _C + 'numpy_names:find_common_type', 'numpy 2.0',
+     'numpy.result_type / numpy.promote_types'),
+    ('cast', _C + 'numpy_names:cast', 'numpy 2.0',
+     'numpy.asarray(x).astype(dtype)'),
+    ('issubclass_', _C + 'numpy_names:issubclass_', 'numpy 2.0',
+     'issubclass'),
+    ('safe_eval', _C + 'numpy_names:safe_eval', 'numpy 2.0',
+     'ast.literal_eval'),
+    ('mat', _C + 'numpy_names:mat', 'numpy 2.0', 'numpy.asmatrix'),
+    ('trapz', _C + 'numpy_names:trapz', 'numpy 2.4', 'numpy.trapezoid'),
+    ('in1d', _C + 'numpy_names:in1d', 'numpy 2.4',
+     'numpy.isin(a, b).ravel()'),
+    ('DataSource', 'numpy.lib.npyio:DataSource', 'numpy 2.0',
+     'numpy.lib.npyio.DataSource'),
+    ('byte_bounds', 'numpy.lib.array_utils:byte_bounds', 'numpy 2.0',
+     'numpy.lib.array_utils.byte_bounds'),
+    ('compare_chararrays', 'numpy.char:compare_chararrays', 'numpy 2.0',
+     'numpy.char.compare_chararrays'),
+    ('format_parser', 'numpy.rec:format_parser', 'numpy 2.0',
+     'numpy.rec.format_parser'),
+    ('add_newdoc', 'numpy.lib:add_newdoc', 'numpy 2.0',
+     'numpy.lib.add_newdoc'),
+    ('add_docstring', 'numpy.lib:add_docstring', 'numpy 2.0',
+     'numpy.lib.add_docstring'),
+)
+NUMPY_ALIASES = tuple(
+    Alias('numpy', name, value, removed, today,
+          name != 'find_common_type')
+    for name, value, removed, today in _NP_ALIASES)
+
+# NumPy 2 names whose meaning changed: not overridden, reported by
+# `flaxlegacy check` with this note.
+CHANGED_MEANING = {
+    'numpy.bool': 'NumPy 2 defines numpy.bool again, as numpy.bool_ (in 2020 '
+                  'it was the builtin bool); dtype=np.bool means the same, '
+                  'isinstance(True, np.bool) does not; flaxlegacy does not '
+                  'override it',
+    'numpy.long': 'NumPy 2 defines numpy.long again, as the C long integer '
+                  'type (in 2020 it was the builtin int); dtype=np.long means '
+                  'the same on 64-bit Linux; flaxlegacy does not override it',
+}
+
+# Python standard-library names removed since 3.9 that legacy code used.
+_COLLECTIONS_ABCS = (
+    'Awaitable', 'Coroutine', 'AsyncIterable', 'AsyncIterator',
+    'AsyncGenerator', 'Hashable', 'Iterable', 'Iterator', 'Generator',
+    'Reversible', 'Sized', 'Container', 'Callable', 'Collection', 'Set',
+    'MutableSet', 'Mapping', 'MutableMapping', 'MappingView', 'KeysView',
+    'ItemsView', 'ValuesView', 'Sequence', 'MutableSequence', 'ByteString')
+PYTHON_ALIASES = tuple(
+    Alias('collections', name, 'collections.abc:' + name, 'python 3.10',
+          'collections.abc.' + name, True)
+    for name in _COLLECTIONS_ABCS) + (
+        Alias('inspect', 'getargspec', _C + 'numpy_names:getargspec',
+              'python 3.11', 'inspect.getfullargspec / inspect.signature',
+              True),
+        Alias('inspect', 'ArgSpec', _C + 'numpy_names:ArgSpec', 'python 3.11',
+              'inspect.FullArgSpec', True),
+    )
+
+# Every name activation adds, in installation order.
+ALIASES = (JAX_ALIASES + JAX_REMOVED_API + FLAX_PRIVATE_ALIASES +
+           NUMPY_ALIASES + PYTHON_ALIASES)
 
 # Policy switches: existing settings whose default changed.  Applied when
 # the legacy API is first imported; each can be turned off by its env var.
@@ -315,9 +535,10 @@ def _symbols():
   for name, doc in _OPTIM_EXTENSIONS:
     out['flax.optim.' + name] = Symbol('flax.optim.' + name, 'flaxlegacy',
                                        'flaxlegacy', doc)
-  for alias in JAX_ALIASES:
+  for alias in ALIASES:
     qual = alias.owner + '.' + alias.name
-    out[qual] = Symbol(qual, 'jax<' + alias.removed.split()[-1], alias.removed,
+    package, version = alias.removed.split()[-2:]
+    out[qual] = Symbol(qual, f'{package}<{version}', alias.removed,
                        alias.modern)
   return out
 
@@ -337,9 +558,20 @@ UNSUPPORTED = {
     'jax.experimental.maps': 'removed from JAX; use shard_map / jax.jit',
     'jax.mask': 'removed from JAX in 0.3.16; rewrite with padding masks',
     'jax.pxla': 'JAX internals removed in 0.4.14; use flax.jax_utils',
-    'jax.lib.xla_bridge': 'JAX internals removed in 0.8.0; use jax.devices()',
     'jax.api': 'removed in jax 0.2.21; use the jax top level',
 }
+
+
+# Roots other than jax whose removed names `flaxlegacy check` reports.
+ALIAS_ROOTS = ('numpy', 'collections', 'inspect', 'flax.jax_utils')
+
+
+def alias_root(fullname):
+  """The root of ALIAS_ROOTS that ``fullname`` lies under, or None."""
+  for root in ALIAS_ROOTS:
+    if fullname == root or fullname.startswith(root + '.'):
+      return root
+  return None
 
 
 def legacy_root(fullname):

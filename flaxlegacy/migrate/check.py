@@ -18,12 +18,17 @@ import dataclasses
 import importlib
 import json
 import os
+import re
 import sys
 
 from flaxlegacy import _names
 
 SUPPORTED = 'supported'
 UNSUPPORTED = 'unsupported'
+
+_REMOVED_SINCE = re.compile(r'^[A-Za-z_.]+<')
+# Top-level packages whose imports and attribute chains the scanner follows.
+_SCANNED_ROOTS = ('flax', 'jax', 'numpy', 'collections', 'inspect')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +85,7 @@ def _target_module(entry):
 def _versions(since, until):
   if since == 'flaxlegacy':
     return 'flaxlegacy extension'
-  if since.startswith('jax<'):
+  if _REMOVED_SINCE.match(since):  # 'jax<0.3.16', 'numpy<2.0', ...
     return f'removed in {until}' if not until.startswith('renamed') else until
   return f'{since}-{until}' if since != until else since
 
@@ -138,7 +143,10 @@ def _legacy_flax_finding(qualified):
 
 
 def _jax_finding(qualified, from_import):
-  """(name, status, versions, modern, note) for a removed/renamed JAX name."""
+  """(name, status, versions, modern, note) for a removed/renamed JAX name
+  (or NumPy / Python / flax.jax_utils name of ``_names.ALIASES``)."""
+  if qualified in _names.CHANGED_MEANING:
+    return (qualified, SUPPORTED, '', '', _names.CHANGED_MEANING[qualified])
   for bad, why in _names.UNSUPPORTED.items():
     if qualified == bad or qualified.startswith(bad + '.'):
       return bad, UNSUPPORTED, '', '', why
@@ -167,6 +175,8 @@ def resolve(qualified, from_import=False):
   if qualified == 'flax.deprecated':
     return _legacy_flax_finding(qualified)
   if qualified.startswith('jax.') or qualified == 'jax':
+    return _jax_finding(qualified, from_import)
+  if _names.alias_root(qualified):
     return _jax_finding(qualified, from_import)
   return None
 
@@ -211,7 +221,7 @@ class _Scanner(ast.NodeVisitor):
     if node.level or not node.module:
       return
     base = node.module
-    if base.split('.')[0] not in ('flax', 'jax'):
+    if base.split('.')[0] not in _SCANNED_ROOTS:
       for alias in node.names:
         self.bindings.pop(alias.asname or alias.name, None)
       return
@@ -227,7 +237,8 @@ class _Scanner(ast.NodeVisitor):
     dotted = _dotted(node)
     if dotted is not None:
       root, _, rest = dotted.partition('.')
-      if root in self.bindings:
+      if root in self.bindings and (
+          self.bindings[root].split('.')[0] in _SCANNED_ROOTS):
         self._add(node, self.bindings[root] + '.' + rest)
       return  # the whole chain is handled; do not visit its inner parts
     self.generic_visit(node)
@@ -235,7 +246,7 @@ class _Scanner(ast.NodeVisitor):
   def visit_Name(self, node):  # pylint: disable=invalid-name
     if isinstance(node.ctx, ast.Load) and node.id in self.bindings:
       qualified = self.bindings[node.id]
-      if qualified.split('.')[0] in ('flax', 'jax') and '.' in qualified:
+      if qualified.split('.')[0] in _SCANNED_ROOTS and '.' in qualified:
         self._add(node, qualified)
 
 
@@ -325,18 +336,33 @@ def coverage_markdown():
                  f'{_versions(e.since, e.until)} | {e.modern or ""} |')
   lines += ['', '## Names', '', '| legacy name | versions | today |',
             '| --- | --- | --- |']
+  alias_names = {a.owner + '.' + a.name for a in _names.ALIASES}
   for name in sorted(_names.SYMBOLS):
-    if name.startswith('jax'):
+    if name.startswith('jax') or name in alias_names:
       continue
     s = _names.SYMBOLS[name]
     lines.append(f'| `{name}` | {_versions(s.since, s.until)} | '
                  f'{s.modern or ""} |')
-  lines += ['', '## JAX names added where absent (at activation)', '',
-            '| name | replacement | removed | today | faithful |',
-            '| --- | --- | --- | --- | --- |']
-  for a in _names.JAX_ALIASES:
-    lines.append(f'| `{a.owner}.{a.name}` | `{a.value}` | {a.removed} | '
-                 f'{a.modern} | {"yes" if a.faithful else "approximately"} |')
+  for title, table in (
+      ('JAX names added where absent (at activation)',
+       _names.JAX_ALIASES + _names.JAX_REMOVED_API),
+      ('Private names of flax modules added where absent (at activation)',
+       _names.FLAX_PRIVATE_ALIASES),
+      ('NumPy names added where absent (at activation)',
+       _names.NUMPY_ALIASES),
+      ('Python names added where absent (at activation)',
+       _names.PYTHON_ALIASES)):
+    lines += ['', f'## {title}', '',
+              '| name | replacement | removed | today | faithful |',
+              '| --- | --- | --- | --- | --- |']
+    for a in table:
+      lines.append(f'| `{a.owner}.{a.name}` | `{a.value}` | {a.removed} | '
+                   f'{a.modern} | '
+                   f'{"yes" if a.faithful else "approximately"} |')
+  lines += ['', '## Names that exist with another meaning (not overridden)',
+            '', '| name | why |', '| --- | --- |']
+  for name, why in sorted(_names.CHANGED_MEANING.items()):
+    lines.append(f'| `{name}` | {why} |')
   lines += ['', '## Policies (applied at the first legacy import)', '',
             '| policy | setting -> legacy value | opt out | why |',
             '| --- | --- | --- | --- |']

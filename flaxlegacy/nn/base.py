@@ -180,6 +180,12 @@ def _run(cls, frame, args, kwargs):
 # --- Module -----------------------------------------------------------------
 
 
+def _fn_parameters(fn):
+  """Legacy private helper: the ``inspect.Parameter`` objects of ``fn``, as a
+  tuple in declaration order."""
+  return tuple(inspect.signature(fn).parameters.values())
+
+
 def _apply_signature(apply_fn):
   """``apply``'s signature without ``self`` (for ``help()`` and IDEs)."""
   try:

@@ -157,6 +157,22 @@ def _kernel_size(kernel_size):
   return (kernel_size,) if isinstance(kernel_size, int) else tuple(kernel_size)
 
 
+def _conv_dimension_numbers(input_shape):
+  """Legacy private helper: channels-last dimension numbers for a conv.
+
+  For an input of rank ``n`` laid out ``(batch, spatial..., features)`` and a
+  kernel laid out ``(spatial..., in_features, out_features)``, the
+  ``lax.ConvDimensionNumbers`` that ``lax.conv_general_dilated`` takes (the
+  output has the input's layout).  Research code built depthwise and custom
+  convolutions on it.
+  """
+  rank = len(input_shape)
+  spatial = tuple(range(1, rank - 1))
+  lhs = (0, rank - 1) + spatial
+  rhs = (rank - 1, rank - 2) + tuple(range(rank - 2))
+  return lax.ConvDimensionNumbers(lhs, rhs, lhs)
+
+
 def _string_padding_with_input_dilation(shape, kernel_size, strides,
                                         kernel_dilation, padding):
   """Explicit pads for ``'SAME'``/``'VALID'`` with ``input_dilation``.

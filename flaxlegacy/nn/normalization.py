@@ -26,6 +26,18 @@ from flaxlegacy.nn import base
 from flaxlegacy.nn import initializers
 
 
+# Legacy private helpers, kept for code that imported them.
+def _no_init(rng, shape):  # pylint: disable=unused-argument
+  """Initializer of an absent parameter: an empty tuple."""
+  return ()
+
+
+def _absolute_dims(rank, dims):
+  """``dims`` with negative entries counted from the end of a rank-``rank``
+  shape, as a tuple."""
+  return tuple(rank + d if d < 0 else d for d in dims)
+
+
 def _moments(x, axes, keepdims):
   """Mean and unclipped ``E[x^2] - E[x]^2`` over ``axes``."""
   mean = jnp.mean(x, axis=axes, keepdims=keepdims)

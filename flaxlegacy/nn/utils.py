@@ -174,6 +174,18 @@ def _current_trace():
   return mains[-1] if mains else None
 
 
+def _tracer_of_value(x):
+  """Legacy v0.1 private helper: the trace a traced value belongs to.
+
+  None for a concrete value.  For a JAX tracer, the trace object it carries
+  (what legacy called the tracer's "master"; today's traces have no level,
+  and the checks that compared levels are gone since v0.2).
+  """
+  if isinstance(x, _Tracer):
+    return getattr(x, '_trace', None)
+  return None
+
+
 def _level_of_value(xs):  # pylint: disable=unused-argument
   """Trace level of a value: ``-inf`` (the legacy check is disabled)."""
   return float('-inf')

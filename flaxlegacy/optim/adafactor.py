@@ -21,6 +21,9 @@ import optax
 from flaxlegacy.optim import _transforms
 from flaxlegacy.optim.base import OptaxOptimizerDef
 
+# Legacy module-level type alias (annotations of ``dtype_momentum``).
+Dtype = Any
+
 
 @struct.dataclass
 class _AdafactorHyperParams:

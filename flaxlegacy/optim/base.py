@@ -34,6 +34,9 @@ import optax
 from flaxlegacy.optim import _traversal
 from flaxlegacy.optim._traversal import ModelParamTraversal  # noqa: F401  (legacy re-export)
 from flaxlegacy.optim._traversal import _sorted_items  # noqa: F401  (legacy private name)
+# Legacy private name (up to v0.3.4): the params dict of a Model, or an
+# unfrozen copy of a dict / FrozenDict; ValueError for anything else.
+from flaxlegacy.optim._traversal import _params_dict as _get_params_dict  # noqa: F401
 
 # --------------------------------------------------------------------------
 # OptimizerState

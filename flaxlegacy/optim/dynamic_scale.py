@@ -6,7 +6,12 @@ class (same fields, state dict ``{'fin_steps', 'scale'}`` and
 clamps at the float32 range limits; it is served as is.
 """
 
+from typing import Any
+
 from flax.training.dynamic_scale import DynamicScale
 from flax.training.dynamic_scale import DynamicScaleResult
 
 __all__ = ['DynamicScale', 'DynamicScaleResult']
+
+# Legacy module-level type alias (annotations of DynamicScaleResult).
+Array = Any
