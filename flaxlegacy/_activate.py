@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 
+from flaxlegacy import _behaviour
 from flaxlegacy import _hook
 from flaxlegacy import _names
 
@@ -193,9 +194,18 @@ def _apply_policy(policy):
   if policy.setting.startswith('jax_'):
     import jax  # pylint: disable=g-import-not-at-top
     config = jax.config
+  elif 'flax' not in sys.modules:
+    # Not yet imported (activation at `import jax`, FLAXLEGACY=on): set it
+    # as soon as flax is, without importing flax here.
+    _hook.after_import('flax', lambda module: _set(module.config, policy))
+    return False
   else:
     import flax  # pylint: disable=g-import-not-at-top
     config = flax.config
+  return _set(config, policy)
+
+
+def _set(config, policy):
   previous = getattr(config, policy.setting, None)
   config.update(policy.setting, policy.legacy_value)
   return previous
@@ -223,14 +233,23 @@ def apply_policies():
         applied[policy.name] = previous
   if 'checkpoints' in applied:
     _quiet_legacy_checkpoints()
+  restored = []
+  for behaviour in _names.BEHAVIOURS:
+    if policy_enabled(behaviour) and _behaviour.restore(behaviour.name):
+      applied[behaviour.name] = None
+      restored.append(behaviour)
   if applied:
+    settings = [f'{p.setting}={p.legacy_value}' for p in _names.POLICIES
+                if p.name in applied]
+    if restored:
+      settings.append('JAX behaviour: ' +
+                      ', '.join(b.name for b in restored))
     logger.warning(
         'flaxlegacy: legacy mode on for %s (%s). Set %s to "modern" to keep '
         "today's defaults.",
-        ', '.join(applied),
-        '; '.join(f'{p.setting}={p.legacy_value}' for p in _names.POLICIES
-                  if p.name in applied),
-        ' / '.join(p.env for p in _names.POLICIES if p.name in applied))
+        ', '.join(applied), '; '.join(settings),
+        ' / '.join(p.env for p in _names.POLICIES + _names.BEHAVIOURS
+                   if p.name in applied))
   return applied
 
 
@@ -244,6 +263,18 @@ def activate():
     _state['aliases'] = install_jax_aliases()
     _state['policies'] = apply_policies()
     _install_dataset_hook()
+
+
+def activate_at_jax_import():
+  """``FLAXLEGACY=on``: activates as soon as JAX is imported.
+
+  Imports nothing itself, so a process that never imports JAX pays only
+  the import hook (README, "Legacy from the first line").
+  """
+  if 'jax' in sys.modules:
+    activate()
+  else:
+    _hook.after_import('jax', lambda module: activate())
 
 
 def _install_dataset_hook():

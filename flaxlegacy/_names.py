@@ -185,6 +185,32 @@ POLICIES = (
            'checkpoints (today\'s default is an Orbax directory)'),
 )
 
+# Changed JAX behaviour restored in legacy processes (flaxlegacy/_behaviour.py),
+# announced with the policies and turned off the same way.
+#   name:    as in the log line.
+#   env:     opt-out variable (``modern``).
+#   changed: the JAX version whose behaviour legacy code trips on.
+#   doc:     what legacy did and what is restored.
+Behaviour = collections.namedtuple('Behaviour', 'name env changed doc')
+
+BEHAVIOURS = (
+    Behaviour('scalars', 'FLAXLEGACY_SCALARS', 'numpy 1.25 / jax 0.4.14',
+              'int(), float(), complex() of a one-element array convert it, '
+              'as NumPy 1.x did (today TypeError unless 0-d)'),
+    Behaviour('pmap', 'FLAXLEGACY_PMAP', 'jax 0.10.0',
+              'pmap moves an input committed to another device layout '
+              '(keys derived from a replicated step) instead of raising '
+              '"Sharding passed to jit does not match"'),
+    Behaviour('iteration', 'FLAXLEGACY_ITERATION', 'jax 0.2.22',
+              'iterating a 1-D array yields NumPy scalars (hashable dict '
+              'keys) as legacy DeviceArrays did; rows of n-D arrays stay '
+              'jax.Arrays'),
+    Behaviour('arguments', 'FLAXLEGACY_ARGUMENTS',
+              'jax 0.4.27 (clip keywords) / jax 0.2.0 omnistaging',
+              'jnp.clip(a_min=, a_max=) keywords; lax.dynamic_slice slice '
+              'sizes given as an array of constants inside jit'),
+)
+
 # Symbols (for `flaxlegacy check` and the coverage docs): legacy qualified
 # name -> (since, until, modern equivalent).  Names that flaxlegacy does not
 # serve are listed in UNSUPPORTED with the reason.
