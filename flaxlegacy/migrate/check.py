@@ -343,6 +343,11 @@ def coverage_markdown():
   for p in _names.POLICIES:
     lines.append(f'| {p.name} | `{p.setting}={p.legacy_value}` | '
                  f'`{p.env}=modern` | {p.doc} |')
+  lines += ['', '## Changed JAX behaviour restored (at activation)', '',
+            '| behaviour | changed in | opt out | what legacy code gets |',
+            '| --- | --- | --- | --- |']
+  for b in _names.BEHAVIOURS:
+    lines.append(f'| {b.name} | {b.changed} | `{b.env}=modern` | {b.doc} |')
   lines += ['', '## Not provided', '', '| name | why |', '| --- | --- |']
   for name, why in sorted(_names.UNSUPPORTED.items()):
     lines.append(f'| `{name}` | {why} |')
