@@ -20,6 +20,7 @@ import sys
 import threading
 
 from flaxlegacy import _behaviour
+from flaxlegacy import _fallback
 from flaxlegacy import _hook
 from flaxlegacy import _names
 
@@ -123,6 +124,8 @@ def _resolve(dotted):
 
 
 def _has(owner, name):
+  if _fallback.answers(owner, name):
+    return False  # answered by the first-access fallback, not defined
   try:
     getattr(owner, name)
   except AttributeError:
@@ -131,6 +134,11 @@ def _has(owner, name):
     # A deprecation shim that raises something else still means "exists".
     return True
   return True
+
+
+def alias_value(alias):
+  """The legacy value of one ``_names.JAX_ALIASES`` entry."""
+  return _value_of(alias.value)
 
 
 def _value_of(spec):

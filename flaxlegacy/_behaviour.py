@@ -23,8 +23,8 @@ own methods, which are not touched).
   so ``{...}[elem]`` works.  Rows of an n-D array stay ``jax.Array``s
   (legacy: NumPy arrays), so ``key, subkey = random.split(key)`` stays on
   the device.
-* ``arguments``: ``jnp.clip(x, a_min=..., a_max=...)`` (keywords renamed to
-  ``min`` / ``max``) and ``lax.dynamic_slice`` with slice sizes given as an
+* ``arguments``: ``jnp.clip(x, a_min=..., a_max=...)`` and
+  ``x.clip(a_min=...)`` (keywords renamed to ``min`` / ``max``) and ``lax.dynamic_slice`` with slice sizes given as an
   array built from constants inside a traced function (a constant in
   legacy JAX, a tracer today) are accepted; the wrappers call today's
   function unchanged unless it would raise on exactly these arguments.
@@ -248,8 +248,15 @@ def _legacy_dynamic_slice(modern):
 def _restore_arguments():
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from jax import lax  # pylint: disable=g-import-not-at-top
+  from jax._src import core  # pylint: disable=g-import-not-at-top
   jnp.clip = _legacy_clip(jnp.clip)
   lax.dynamic_slice = _legacy_dynamic_slice(lax.dynamic_slice)
+  # The method too (``x.clip(a_min=0.)``): on concrete arrays, and on the
+  # abstract value that tracers forward their methods to.
+  cls = _array_impl()
+  cls.clip = _legacy_clip(cls.clip)
+  core.ShapedArray.clip = core.aval_method(
+      _legacy_clip(core.ShapedArray.clip.fun))
 
 
 _RESTORE = {

@@ -149,7 +149,7 @@ def after_import(name, callback):
 
 
 def _run_after_import(module):
-  for callback in _AFTER_IMPORT.pop(module.__name__, ()):
+  for callback in _AFTER_IMPORT.pop(getattr(module, '__name__', None), ()):
     callback(module)
 
 
@@ -252,16 +252,26 @@ def _activate_now(module):  # pylint: disable=unused-argument
   _activate.activate()
 
 
+def _install_fallback(module):  # pylint: disable=unused-argument
+  from flaxlegacy import _fallback  # pylint: disable=g-import-not-at-top
+  _fallback.install()
+
+
 def _install_at_startup():
   """Entry point of flaxlegacy.pth: must stay cheap and never raise.
 
   ``FLAXLEGACY=on`` makes the whole process legacy: activation runs as soon
-  as ``jax`` has been imported (JAX itself is not imported here).
+  as ``jax`` has been imported (JAX itself is not imported here).  Otherwise
+  the removed JAX names answer on first access once ``jax`` is imported
+  (``_fallback``; ``FLAXLEGACY_FALLBACK=off`` leaves that out).
   """
   try:
     install()
     if os.environ.get('FLAXLEGACY', '').strip().lower() in STARTUP_ON:
       after_import('jax', _activate_now)
+    elif os.environ.get('FLAXLEGACY_FALLBACK', '').strip().lower() not in (
+        'off', '0', 'false', 'no', 'modern'):
+      after_import('jax', _install_fallback)
   except Exception:  # pylint: disable=broad-except
     # A broken hook must never break the interpreter's start-up.
     pass

@@ -227,6 +227,11 @@ try:
         jnp.clip(a=x, a_min=-1.).tolist())
 except TypeError as e:
   print('TypeError', e)
+try:
+  print('method', x.clip(a_min=0.).tolist(),
+        jax.jit(lambda v: v.clip(a_max=1.))(x).tolist())
+except TypeError as e:
+  print('TypeError', e)
 
 pos_embedding = jnp.arange(2 * 5 * 3.).reshape(1, 10, 3)
 
@@ -258,6 +263,7 @@ def test_legacy_arguments_accepted_in_legacy_processes():
   proc = run_python(ARGUMENTS.replace('LEGACY', 'from flax import nn'))
   assert lines(proc) == [
       'clip [-3.0, 0.5, 10000.0] [0.0, 0.5, 1.0] [-1.0, 0.5, 20000.0]',
+      'method [0.0, 0.5, 20000.0] [-3.0, 0.5, 1.0]',
       'slice True',
       'still Shapes must be 1D sequences of concrete values of integer type, '
       'got JitTracer(int32[3]).',
@@ -272,7 +278,9 @@ def test_arguments_opt_out_and_modern_process(legacy, env):
   proc = run_python(ARGUMENTS.replace('LEGACY', legacy), env=env)
   out = lines(proc)
   assert out[0] == "TypeError clip() got an unexpected keyword argument 'a_max'"
-  assert out[1] == ('TypeError Shapes must be 1D sequences of concrete values '
+  assert out[1] == ("TypeError _clip() got an unexpected keyword argument "
+                    "'a_min'")
+  assert out[2] == ('TypeError Shapes must be 1D sequences of concrete values '
                     'of integer type, got JitTracer(int32[3]).')
 
 
@@ -281,15 +289,15 @@ def test_modern_process_is_untouched():
   proc = run_python('''
       import sys, jax, jax.numpy as jnp
       from jax import lax
-      from jax._src import array, pmap
+      from jax._src import array, core, pmap
       patched = [getattr(array.ArrayImpl, m) for m in
                  ('__int__', '__float__', '__complex__', '__iter__')]
-      patched += [jnp.clip, lax.dynamic_slice, pmap._cached_shard_map]
+      patched += [jnp.clip, lax.dynamic_slice, pmap._cached_shard_map,
+                  array.ArrayImpl.clip, core.ShapedArray.clip.fun]
       print([hasattr(f, '_flaxlegacy_modern') for f in patched],
             'flaxlegacy._activate' in sys.modules)
   ''')
-  assert lines(proc) == ['[False, False, False, False, False, False, False] '
-                         'False']
+  assert lines(proc) == [str([False] * 9) + ' False']
 
 
 def test_behaviours_are_announced_in_the_one_log_line():
@@ -322,9 +330,43 @@ def test_flaxlegacy_on_is_legacy_from_the_first_line(env, split0):
   assert proc.stderr.count('flaxlegacy: legacy mode on') == 1
 
 
-def test_without_flaxlegacy_on_names_arrive_with_the_first_legacy_import():
-  proc = run_python(EARLY, check=False)
+def test_plain_process_removed_names_answer_on_first_access():
+  # No FLAXLEGACY=on: the names answer (first-access fallback), but legacy
+  # mode waits for the first legacy import: today's stream, no log line.
+  proc = run_python(EARLY)
+  assert lines(proc) == ['False False', "{'a': 2}", '1797259609']
+  assert 'legacy mode on' not in proc.stderr
+  proc = run_python(EARLY, env={'FLAXLEGACY_FALLBACK': 'off'}, check=False)
   assert "module 'jax' has no attribute 'tree_map'" in proc.stderr
+
+
+def test_fallback_answers_only_removed_names():
+  proc = run_python('''
+      import sys, jax, jax.numpy as jnp
+      from jax import lax
+      before = dir(jax), dir(jnp)
+      print(hasattr(jax, 'tree_multimap'), jax.tree_multimap is
+            jax.tree_util.tree_map, lax.tie_in(1, 2), jnp.DeviceArray is jax.Array)
+      print((dir(jax), dir(jnp)) == before, 'tree_multimap' in vars(jax))
+      for owner, name in ((jax, 'no_such_name'), (jnp, 'no_such_name'),
+                          (lax, 'pvary')):  # JAX's own message is kept
+        try:
+          getattr(owner, name)
+        except AttributeError as e:
+          print(e)
+      from jax.test_util import check_eq  # a module imported later
+      check_eq({'a': 1.}, {'a': 1.})
+      from flax import nn  # activation then defines the names for real
+      print('tree_multimap' in vars(jax), jax.tree_multimap is
+            jax.tree_util.tree_map)
+  ''')
+  assert lines(proc) == [
+      'True True 2 True', 'True False',
+      "module 'jax' has no attribute 'no_such_name'",
+      "module 'jax.numpy' has no attribute 'no_such_name'",
+      'jax.lax.pvary was deprecated in JAX v0.8.2 and removed in JAX v0.10.0; '
+      "use `jax.lax.pcast(..., to='varying')",
+      'True True']
 
 
 def test_flaxlegacy_on_imports_nothing_heavy_at_start_up():
@@ -419,3 +461,24 @@ def test_the_flaxlegacy_console_script_reports_the_same(tmp_path):
                         env=env, cwd=str(tmp_path), timeout=120)
   assert proc.returncode == 2
   assert proc.stderr.startswith("flaxlegacy: error: unknown command 'chekc'")
+
+
+def test_check_reports_uses_that_need_a_restored_behaviour():
+  from flaxlegacy.migrate import check  # pylint: disable=g-import-not-at-top
+  source = textwrap.dedent('''
+      import jax.numpy as jnp
+      from jax import lax
+      def f(x, i, df):
+        y = jnp.clip(x, a_max=1e4)
+        z = x.clip(a_min=0.)
+        fine = jnp.clip(x, 0, 1) + x.clip(max=2.)
+        return lax.dynamic_slice(x, jnp.array((0, i, 0)), jnp.array((1, 1, df)))
+  ''')
+  found = [(f.line, f.name, f.status, f.note)
+           for f in check.scan_source(source, 'f.py')]
+  note = ('legacy behaviour restored in legacy mode (FLAXLEGACY_ARGUMENTS='
+          'modern turns it off)')
+  assert found == [
+      (5, 'jax.numpy.clip(a_max=)', 'supported', note),
+      (6, 'Array.clip(a_min=)', 'supported', note),
+      (8, 'jax.lax.dynamic_slice(slice_sizes=jnp.array)', 'supported', note)]
