@@ -9,8 +9,12 @@ or when user code calls ``flaxlegacy.activate()``.  It
 2. adds the JAX names legacy code used and modern JAX removed
    (``_names.JAX_ALIASES``), each only where the name is absent;
 3. applies the legacy policies (``_names.POLICIES``): the legacy PRNG stream
-   and legacy msgpack checkpoints, each with an environment opt-out, and
-   announces them once in the log.
+   and legacy msgpack checkpoints, and restores the JAX behaviour legacy code
+   relied on (``_names.BEHAVIOURS``, ``_behaviour``), each with an
+   environment opt-out, and announces them once in the log.
+
+With ``FLAXLEGACY=on`` the start-up hook calls ``activate()`` as soon as
+``jax`` has been imported (``_hook._install_at_startup``).
 """
 
 import importlib
@@ -271,18 +275,6 @@ def activate():
     _state['aliases'] = install_jax_aliases()
     _state['policies'] = apply_policies()
     _install_dataset_hook()
-
-
-def activate_at_jax_import():
-  """``FLAXLEGACY=on``: activates as soon as JAX is imported.
-
-  Imports nothing itself, so a process that never imports JAX pays only
-  the import hook (README, "Legacy from the first line").
-  """
-  if 'jax' in sys.modules:
-    activate()
-  else:
-    _hook.after_import('jax', lambda module: activate())
 
 
 def _install_dataset_hook():

@@ -387,7 +387,7 @@ def coverage_markdown():
   for a in _names.JAX_ALIASES:
     lines.append(f'| `{a.owner}.{a.name}` | `{a.value}` | {a.removed} | '
                  f'{a.modern} | {"yes" if a.faithful else "approximately"} |')
-  lines += ['', '## Policies (applied at the first legacy import)', '',
+  lines += ['', '## Policies (applied at activation)', '',
             '| policy | setting -> legacy value | opt out | why |',
             '| --- | --- | --- | --- |']
   for p in _names.POLICIES:
