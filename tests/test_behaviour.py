@@ -396,21 +396,22 @@ def test_EXPECTED():
 '''
 
 
-@pytest.mark.parametrize('command', [
-    ('-m', 'flaxlegacy', 'run', '-m', 'pytest'),
-    ('-m', 'flaxlegacy', '-m', 'pytest'),
+@pytest.mark.parametrize('command,env', [
+    (('-m', 'flaxlegacy', 'run', '-m', 'pytest'), {'FLAXLEGACY': 'off'}),
+    (('-m', 'flaxlegacy', '-m', 'pytest'), {'FLAXLEGACY': 'off'}),
+    (('-m', 'pytest'), {'FLAXLEGACY': 'on'}),
 ])
-def test_run_dash_m_pytest_runs_a_legacy_suite(tmp_path, command):
+def test_run_dash_m_pytest_runs_a_legacy_suite(tmp_path, command, env):
   (tmp_path / 'test_legacy_suite.py').write_text(
       LEGACY_TEST_FILE.replace('EXPECTED', 'pass'))
-  proc = run_python(None, env={'FLAXLEGACY': 'off'}, cwd=str(tmp_path),
+  proc = run_python(None, env=env, cwd=str(tmp_path),
                     args=(*command, '-q', '-p', 'no:cacheprovider',
                           'test_legacy_suite.py'))
   assert '2 passed' in proc.stdout, proc.stdout + proc.stderr
   # The module's exit status is the command's.
   (tmp_path / 'test_legacy_suite.py').write_text(
       LEGACY_TEST_FILE.replace('EXPECTED', 'fail'))
-  proc = run_python(None, cwd=str(tmp_path), check=False,
+  proc = run_python(None, env=env, cwd=str(tmp_path), check=False,
                     args=(*command, '-q', '-p', 'no:cacheprovider',
                           'test_legacy_suite.py'))
   assert proc.returncode == 1 and '1 failed, 1 passed' in proc.stdout
