@@ -194,7 +194,7 @@ POLICIES = (
 Behaviour = collections.namedtuple('Behaviour', 'name env changed doc')
 
 BEHAVIOURS = (
-    Behaviour('scalars', 'FLAXLEGACY_SCALARS', 'numpy 1.25 / jax 0.4.14',
+    Behaviour('scalars', 'FLAXLEGACY_SCALARS', 'jax 0.4.3x (2024), NumPy 2.4',
               'int(), float(), complex() of a one-element array convert it, '
               'as NumPy 1.x did (today TypeError unless 0-d)'),
     Behaviour('pmap', 'FLAXLEGACY_PMAP', 'jax 0.10.0',
