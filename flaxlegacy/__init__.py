@@ -17,7 +17,8 @@ def activate():
 
   Idempotent.  Installs the import hook (if the start-up .pth did not), adds
   the removed JAX names where absent and switches on legacy mode (the legacy
-  PRNG stream and legacy checkpoints; see README for the opt-outs).
+  PRNG stream, legacy checkpoints and the JAX behaviour legacy code relied
+  on; see README for the opt-outs).
   """
   from flaxlegacy import _activate  # pylint: disable=g-import-not-at-top
   _activate.activate()

@@ -9,8 +9,12 @@ or when user code calls ``flaxlegacy.activate()``.  It
 2. adds the JAX, NumPy and Python names legacy code used and today's
    releases removed (``_names.ALIASES``), each only where the name is absent;
 3. applies the legacy policies (``_names.POLICIES``): the legacy PRNG stream
-   and legacy msgpack checkpoints, each with an environment opt-out, and
-   announces them once in the log.
+   and legacy msgpack checkpoints, and restores the JAX behaviour legacy code
+   relied on (``_names.BEHAVIOURS``, ``_behaviour``), each with an
+   environment opt-out, and announces them once in the log.
+
+With ``FLAXLEGACY=on`` the start-up hook calls ``activate()`` as soon as
+``jax`` has been imported (``_hook._install_at_startup``).
 """
 
 import importlib
@@ -20,6 +24,8 @@ import sys
 import threading
 import types
 
+from flaxlegacy import _behaviour
+from flaxlegacy import _fallback
 from flaxlegacy import _hook
 from flaxlegacy import _names
 
@@ -123,6 +129,8 @@ def _resolve(dotted):
 
 
 def _has(owner, name):
+  if _fallback.answers(owner, name):
+    return False  # answered by the first-access fallback, not defined
   import warnings  # pylint: disable=g-import-not-at-top
   try:
     with warnings.catch_warnings():
@@ -135,6 +143,11 @@ def _has(owner, name):
     # A deprecation shim that raises something else still means "exists".
     return True
   return True
+
+
+def alias_value(alias):
+  """The legacy value of one ``_names.JAX_ALIASES`` entry."""
+  return _value_of(alias.value)
 
 
 def _value_of(spec):
@@ -176,16 +189,23 @@ def _install_lazy(owner, lazy):
   namespace['__getattr__'] = __getattr__
 
 
-def install_jax_aliases():
-  """Adds each name of ``_names.ALIASES`` where it is absent.
+def install_jax_aliases(aliases=None):
+  """Adds each name of ``_names.ALIASES`` (or ``aliases``) where it is absent.
 
   ``ALIASES`` holds the removed JAX names (``JAX_ALIASES``,
   ``JAX_REMOVED_API``), flax private names, NumPy names and Python names.
   Returns the aliases that were added.  Nothing that exists is replaced.
+  An owner whose package is not imported yet is not imported for this (a
+  JAX program need not import flax): its names are added once it is.
   """
   added = []
   lazy = {}
-  for alias in _names.ALIASES:
+  deferred = {}
+  for alias in _names.ALIASES if aliases is None else aliases:
+    package = alias.owner.partition('.')[0]
+    if package not in sys.modules:
+      deferred.setdefault(package, []).append(alias)
+      continue
     try:
       owner = _resolve(alias.owner)
     except (ImportError, AttributeError):
@@ -207,10 +227,10 @@ def install_jax_aliases():
     added.append(alias)
   for owner, names in lazy.items():
     _install_lazy(owner, names)
-  # Removed module paths that must exist in sys.modules without going
-  # through the import system (see _hook._serve_jax_config).
-  if 'jax.config' not in sys.modules:
-    sys.modules['jax.config'] = _hook._serve_jax_config()  # pylint: disable=protected-access
+  for package, pending in deferred.items():
+    _hook.after_import(
+        package, lambda module, pending=tuple(pending): install_jax_aliases(
+            pending))
   return tuple(added)
 
 
@@ -240,9 +260,18 @@ def _apply_policy(policy):
   if policy.setting.startswith('jax_'):
     import jax  # pylint: disable=g-import-not-at-top
     config = jax.config
+  elif 'flax' not in sys.modules:
+    # Not yet imported (activation at `import jax`, FLAXLEGACY=on): set it
+    # as soon as flax is, without importing flax here.
+    _hook.after_import('flax', lambda module: _set(module.config, policy))
+    return False
   else:
     import flax  # pylint: disable=g-import-not-at-top
     config = flax.config
+  return _set(config, policy)
+
+
+def _set(config, policy):
   previous = getattr(config, policy.setting, None)
   config.update(policy.setting, policy.legacy_value)
   return previous
@@ -270,15 +299,41 @@ def apply_policies():
         applied[policy.name] = previous
   if 'checkpoints' in applied:
     _quiet_legacy_checkpoints()
+  restored = []
+  for behaviour in _names.BEHAVIOURS:
+    if policy_enabled(behaviour) and _behaviour.restore(behaviour.name):
+      applied[behaviour.name] = None
+      restored.append(behaviour)
   if applied:
+    settings = [f'{p.setting}={p.legacy_value}' for p in _names.POLICIES
+                if p.name in applied]
+    if restored:
+      settings.append('JAX behaviour: ' +
+                      ', '.join(b.name for b in restored))
     logger.warning(
         'flaxlegacy: legacy mode on for %s (%s). Set %s to "modern" to keep '
         "today's defaults.",
-        ', '.join(applied),
-        '; '.join(f'{p.setting}={p.legacy_value}' for p in _names.POLICIES
-                  if p.name in applied),
-        ' / '.join(p.env for p in _names.POLICIES if p.name in applied))
+        ', '.join(applied), '; '.join(settings),
+        ' / '.join(p.env for p in _names.POLICIES + _names.BEHAVIOURS
+                   if p.name in applied))
   return applied
+
+
+def _serve_jax_config_module(jax_module):  # pylint: disable=unused-argument
+  # A removed module path that must exist in sys.modules without going
+  # through the import system (see _hook._serve_jax_config).
+  if 'jax.config' not in sys.modules:
+    sys.modules['jax.config'] = _hook._serve_jax_config()  # pylint: disable=protected-access
+
+
+def install_early_aliases(module):
+  """Adds the removed names whose owner is ``module`` (NumPy, Python).
+
+  Used under ``FLAXLEGACY=on`` for the modules a program may use before it
+  imports JAX (``collections.Iterable`` at the top of a data module).
+  """
+  install_jax_aliases(tuple(a for a in _names.ALIASES
+                            if a.owner.partition('.')[0] == module.__name__))
 
 
 def activate():
@@ -289,6 +344,7 @@ def activate():
     _state['active'] = True
     _hook.install()
     _state['aliases'] = install_jax_aliases()
+    _hook.after_import('jax', _serve_jax_config_module)
     _state['policies'] = apply_policies()
     _install_dataset_hook()
 

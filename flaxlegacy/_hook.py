@@ -12,12 +12,15 @@ Two finders:
   it, the way ``six.moves`` does, and answers any other path under a legacy
   root (``flax.nn.foo``) with an ImportError that names flaxlegacy's coverage.
 * ``FlaxAttributeFinder`` (first on ``sys.meta_path``) looks only at the
-  import of ``flax`` itself: after the real package has run, it gives it a
-  module ``__getattr__`` so that ``import flax; flax.nn.Dense`` works as in
-  2020.  It adds a name; it replaces none.
+  import of ``flax`` itself, and of the few modules ``after_import`` waits
+  for (``jax`` under ``FLAXLEGACY=on``): after the real package has run, it
+  gives ``flax`` a module ``__getattr__`` so that ``import flax;
+  flax.nn.Dense`` works as in 2020 (it adds a name; it replaces none), then
+  runs the callbacks registered for that module.
 """
 
 import importlib
+import os
 import sys
 
 # Deliberately no import of importlib.abc or of the names table here: this
@@ -127,8 +130,31 @@ class LegacyFinder:
     pass
 
 
+# Module name -> callbacks(module) to run once it has been imported.
+_AFTER_IMPORT = {}
+
+
+def after_import(name, callback):
+  """Runs ``callback(module)`` once the module ``name`` has been imported.
+
+  At once if it already is; otherwise right after its own code has run
+  (the callback may raise: the error surfaces from that import).
+  """
+  module = sys.modules.get(name)
+  if module is not None:
+    callback(module)
+    return
+  _AFTER_IMPORT.setdefault(name, []).append(callback)
+  install()
+
+
+def _run_after_import(module):
+  for callback in _AFTER_IMPORT.pop(getattr(module, '__name__', None), ()):
+    callback(module)
+
+
 class _FlaxLoader:
-  """Runs the real ``flax`` package, then lets it resolve legacy names."""
+  """Runs the real package (``flax``, ``jax``), then the legacy additions."""
 
   def __init__(self, loader):
     self._loader = loader
@@ -138,7 +164,9 @@ class _FlaxLoader:
 
   def exec_module(self, module):
     self._loader.exec_module(module)
-    add_flax_legacy_attributes(module)
+    if module.__name__ == 'flax':
+      add_flax_legacy_attributes(module)
+    _run_after_import(module)
 
   def __getattr__(self, name):
     # get_resource_reader, get_source, is_package ... of the real loader.
@@ -174,7 +202,7 @@ class FlaxAttributeFinder:
   """Wraps the loader of the real ``flax`` package (and nothing else)."""
 
   def find_spec(self, fullname, path=None, target=None):
-    if fullname != 'flax':
+    if fullname != 'flax' and fullname not in _AFTER_IMPORT:
       return None
     for finder in sys.meta_path:
       if finder is self or isinstance(finder, FlaxAttributeFinder):
@@ -216,10 +244,46 @@ def uninstall():
       if not isinstance(f, (FlaxAttributeFinder, LegacyFinder))]
 
 
+STARTUP_ON = ('on', '1', 'true', 'yes', 'legacy')
+
+
+def _activate_now(module):  # pylint: disable=unused-argument
+  from flaxlegacy import _activate  # pylint: disable=g-import-not-at-top
+  _activate.activate()
+
+
+_EARLY_ALIAS_MODULES = ('collections', 'inspect', 'numpy')
+
+
+def _install_early_aliases(module):
+  from flaxlegacy import _activate  # pylint: disable=g-import-not-at-top
+  _activate.install_early_aliases(module)
+
+
+def _install_fallback(module):  # pylint: disable=unused-argument
+  from flaxlegacy import _fallback  # pylint: disable=g-import-not-at-top
+  _fallback.install()
+
+
 def _install_at_startup():
-  """Entry point of flaxlegacy.pth: must stay cheap and never raise."""
+  """Entry point of flaxlegacy.pth: must stay cheap and never raise.
+
+  ``FLAXLEGACY=on`` makes the whole process legacy: activation runs as soon
+  as ``jax`` has been imported (JAX itself is not imported here).  Otherwise
+  the removed JAX names answer on first access once ``jax`` is imported
+  (``_fallback``; ``FLAXLEGACY_FALLBACK=off`` leaves that out).
+  """
   try:
     install()
+    if os.environ.get('FLAXLEGACY', '').strip().lower() in STARTUP_ON:
+      # Names a program may use before it imports JAX come with their
+      # module (cheap); the rest of activation with JAX.
+      for module in _EARLY_ALIAS_MODULES:
+        after_import(module, _install_early_aliases)
+      after_import('jax', _activate_now)
+    elif os.environ.get('FLAXLEGACY_FALLBACK', '').strip().lower() not in (
+        'off', '0', 'false', 'no', 'modern'):
+      after_import('jax', _install_fallback)
   except Exception:  # pylint: disable=broad-except
     # A broken hook must never break the interpreter's start-up.
     pass

@@ -380,10 +380,10 @@ PYTHON_ALIASES = tuple(
     Alias('collections', name, 'collections.abc:' + name, 'python 3.10',
           'collections.abc.' + name, True)
     for name in _COLLECTIONS_ABCS) + (
-        Alias('inspect', 'getargspec', _C + 'numpy_names:getargspec',
+        Alias('inspect', 'getargspec', _C + 'python_names:getargspec',
               'python 3.11', 'inspect.getfullargspec / inspect.signature',
               True),
-        Alias('inspect', 'ArgSpec', _C + 'numpy_names:ArgSpec', 'python 3.11',
+        Alias('inspect', 'ArgSpec', _C + 'python_names:ArgSpec', 'python 3.11',
               'inspect.FullArgSpec', True),
     )
 
@@ -403,6 +403,32 @@ POLICIES = (
            'FLAXLEGACY_CHECKPOINTS',
            'flax.training.checkpoints writes legacy single-file msgpack '
            'checkpoints (today\'s default is an Orbax directory)'),
+)
+
+# Changed JAX behaviour restored in legacy processes (flaxlegacy/_behaviour.py),
+# announced with the policies and turned off the same way.
+#   name:    as in the log line.
+#   env:     opt-out variable (``modern``).
+#   changed: the JAX version whose behaviour legacy code trips on.
+#   doc:     what legacy did and what is restored.
+Behaviour = collections.namedtuple('Behaviour', 'name env changed doc')
+
+BEHAVIOURS = (
+    Behaviour('scalars', 'FLAXLEGACY_SCALARS', 'jax 0.4.3x (2024), NumPy 2.4',
+              'int(), float(), complex() of a one-element array convert it, '
+              'as NumPy 1.x did (today TypeError unless 0-d)'),
+    Behaviour('pmap', 'FLAXLEGACY_PMAP', 'jax 0.10.0',
+              'pmap moves an input committed to another device layout '
+              '(keys derived from a replicated step) instead of raising '
+              '"Sharding passed to jit does not match"'),
+    Behaviour('iteration', 'FLAXLEGACY_ITERATION', 'jax 0.2.22',
+              'iterating a 1-D array yields NumPy scalars (hashable dict '
+              'keys) as legacy DeviceArrays did; rows of n-D arrays stay '
+              'jax.Arrays'),
+    Behaviour('arguments', 'FLAXLEGACY_ARGUMENTS',
+              'jax 0.4.27 (clip keywords) / jax 0.2.0 omnistaging',
+              'jnp.clip(a_min=, a_max=) keywords; lax.dynamic_slice slice '
+              'sizes given as an array of constants inside jit'),
 )
 
 # Symbols (for `flaxlegacy check` and the coverage docs): legacy qualified

@@ -6,14 +6,16 @@ in ``SUBCOMMANDS`` below as ``name -> (module, help)``; the module provides
 """
 
 import argparse
+import difflib
 import importlib
 import os
 import runpy
 import sys
 
 SUBCOMMANDS = {
-    'run': ('flaxlegacy.cli', 'run a legacy Python script with the legacy '
-            'API active (what `python -m flaxlegacy SCRIPT` does)'),
+    'run': ('flaxlegacy.cli', 'run a legacy Python script (or `-m MODULE`, '
+            'e.g. `-m pytest`) with the legacy API active from its first '
+            'line (what `python -m flaxlegacy SCRIPT` does)'),
     'check': ('flaxlegacy.migrate.check', 'scan a codebase for legacy Flax / '
               'removed JAX names and report support and modern equivalents'),
     'convert': ('flaxlegacy.migrate.convert', 'convert a legacy checkpoint '
@@ -24,23 +26,81 @@ SUBCOMMANDS = {
 
 
 def add_arguments(parser):
-  parser.add_argument('script', help='path of the legacy Python script')
-  parser.add_argument('args', nargs=argparse.REMAINDER,
+  parser.usage = '%(prog)s [-h] (SCRIPT | -m MODULE) [ARGS ...]'
+  parser.add_argument('script', metavar='SCRIPT',
+                      help='path of the legacy Python script')
+  parser.add_argument('args', nargs=argparse.REMAINDER, metavar='ARGS',
                       help='arguments passed to the script')
+  parser.epilog = ('`-m MODULE ARGS...` runs a module as `python -m` does, '
+                   'e.g. `flaxlegacy run -m pytest tests/` runs a legacy '
+                   'test suite.')
+
+
+class UsageError(Exception):
+  """A command line that cannot run: one line on stderr, exit status 2."""
+
+
+def _legacy_process():
+  """Activates, and makes child Python processes legacy too (FLAXLEGACY=on).
+
+  A user's own FLAXLEGACY setting is kept.
+  """
+  os.environ.setdefault('FLAXLEGACY', 'on')
+  import flaxlegacy  # pylint: disable=g-import-not-at-top
+  flaxlegacy.activate()
 
 
 def run_script(script, args):
   """Runs ``script`` as ``__main__`` with the legacy API active."""
-  import flaxlegacy  # pylint: disable=g-import-not-at-top
-  flaxlegacy.activate()
+  if not os.path.exists(script):
+    raise UsageError(f"can't open file {os.path.abspath(script)!r}: "
+                     '[Errno 2] No such file or directory')
+  _legacy_process()
   sys.argv = [script] + list(args)
   sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
   runpy.run_path(script, run_name='__main__')
   return 0
 
 
+def run_module(module, args):
+  """Runs ``module`` as ``python -m module args`` does, legacy API active."""
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  from flaxlegacy import _hook  # pylint: disable=g-import-not-at-top
+  if os.getcwd() not in sys.path[:1]:
+    sys.path.insert(0, os.getcwd())  # as `python -m` does
+  _hook.install()  # legacy module paths (-m flax.nn...) resolve
+  try:
+    found = importlib.util.find_spec(module)
+  except (ImportError, ValueError):
+    found = None
+  if found is None:
+    raise UsageError(f'No module named {module}')
+  _legacy_process()
+  sys.argv = [module] + list(args)  # runpy puts the module's path first
+  runpy.run_module(module, run_name='__main__', alter_sys=True)
+  return 0
+
+
 def run(args):
   return run_script(args.script, args.args)
+
+
+def _run_argv(argv):
+  """``[SCRIPT | -m MODULE] ARGS...`` -> exit status (python's rules)."""
+  if not argv:
+    raise UsageError('give a SCRIPT or -m MODULE')
+  if argv[0] == '-m' or (argv[0].startswith('-m') and len(argv[0]) > 2):
+    module = argv[0][2:] or (argv[1] if len(argv) > 1 else '')
+    rest = argv[1:] if argv[0] != '-m' else argv[2:]
+    if not module:
+      raise UsageError('argument expected for the -m option')
+    return run_module(module, rest)
+  return run_script(argv[0], argv[1:])
+
+
+def _looks_like_a_script(word):
+  return (os.path.exists(word) or os.sep in word or
+          word.endswith(('.py', '.pyz', '.zip')))
 
 
 def build_parser(prog='flaxlegacy'):
@@ -62,9 +122,27 @@ def build_parser(prog='flaxlegacy'):
 
 def main(argv=None, prog='flaxlegacy'):
   argv = list(sys.argv[1:] if argv is None else argv)
-  # `python -m flaxlegacy script.py args...` runs a script directly.
-  if argv and argv[0] not in SUBCOMMANDS and not argv[0].startswith('-'):
-    return run_script(argv[0], argv[1:])
+  try:
+    # `flaxlegacy run ...` and `python -m flaxlegacy script.py | -m MODULE`
+    # take everything after the script or module as its arguments, as
+    # `python` does; argparse would claim options such as `-q`.
+    if argv and argv[0] == 'run' and argv[1:2] != ['-h'] and (
+        argv[1:2] != ['--help']):
+      return _run_argv(argv[1:])
+    if argv and argv[0].startswith('-m'):
+      return _run_argv(argv)
+    if argv and argv[0] not in SUBCOMMANDS and not argv[0].startswith('-'):
+      if not _looks_like_a_script(argv[0]):
+        close = difflib.get_close_matches(argv[0], SUBCOMMANDS, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ''
+        raise UsageError(
+            f"unknown command '{argv[0]}' (commands: "
+            f"{', '.join(SUBCOMMANDS)}; or a script to run){hint}")
+      return _run_argv(argv)
+  except UsageError as e:
+    where = f'{prog} run' if argv and argv[0] == 'run' else prog
+    print(f'{where}: error: {e}', file=sys.stderr)
+    return 2
   parser = build_parser(prog)
   args = parser.parse_args(argv)
   if not args.command:

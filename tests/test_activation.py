@@ -22,8 +22,10 @@ def run_python(code, env=None, args=(), check=True, cwd=None):
   """Runs ``code`` in a fresh interpreter of this environment."""
   full_env = dict(os.environ)
   full_env.setdefault('JAX_PLATFORMS', 'cpu')
-  for k in ('FLAXLEGACY', 'FLAXLEGACY_PRNG', 'FLAXLEGACY_CHECKPOINTS',
-            'JAX_THREEFRY_PARTITIONABLE', 'FLAX_USE_ORBAX_CHECKPOINTING'):
+  from flaxlegacy import _names  # pylint: disable=g-import-not-at-top
+  for k in ('FLAXLEGACY', 'JAX_THREEFRY_PARTITIONABLE',
+            'FLAX_USE_ORBAX_CHECKPOINTING',
+            *(p.env for p in _names.POLICIES + _names.BEHAVIOURS)):
     full_env.pop(k, None)
   full_env.update(env or {})
   proc = subprocess.run([sys.executable, *args, '-c', textwrap.dedent(code)]
@@ -182,7 +184,10 @@ import flax.deprecated.nn
 from jax.config import config
 from jax.experimental import optimizers
 after = snapshot()
-changed = [f'{m}.{n}' for (m, n), v in before.items()
+changed = [f'{m}.{n}' + (' wraps it' if getattr(after.get((m, n)),
+                                                 '__wrapped__', None) is v
+                         else '')
+           for (m, n), v in before.items()
            if (m, n) not in after or after[(m, n)] is not v]
 added = sorted(f'{m}.{n}' for (m, n) in after if (m, n) not in before)
 assert jax.config is config_before and config is config_before
@@ -192,9 +197,16 @@ print(json.dumps({'changed': changed, 'added': added}))
 
 def test_activation_overrides_nothing_that_exists():
   # FLAXLEGACY=off: the start-up hook stays out, so `before` is pristine.
+  # The `arguments` behaviour wraps two functions (tests/test_behaviour.py:
+  # the wrappers call them unchanged unless they would raise); without it
+  # nothing that exists is replaced.
+  proc = run_python(ENUMERATE, env={'FLAXLEGACY': 'off',
+                                    'FLAXLEGACY_ARGUMENTS': 'modern'})
+  assert json.loads(proc.stdout.splitlines()[-1])['changed'] == []
   proc = run_python(ENUMERATE, env={'FLAXLEGACY': 'off'})
   result = json.loads(proc.stdout.splitlines()[-1])
-  assert result['changed'] == []
+  assert sorted(result['changed']) == ['jax.lax.dynamic_slice wraps it',
+                                       'jax.numpy.clip wraps it']
   # And the aliases legacy code needs were added.
   for name in ('jax.tree_multimap', 'jax.tree_map', 'jax.tree_leaves',
                'jax.tree_flatten', 'jax.tree_unflatten', 'jax.numpy.DeviceArray',

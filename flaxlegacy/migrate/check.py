@@ -202,6 +202,7 @@ class _Scanner(ast.NodeVisitor):
   def __init__(self):
     self.bindings = {}   # local name -> qualified module/object path
     self.uses = []
+    self.behaviours = []  # (line, col, name, _names.BEHAVIOURS name)
 
   def _add(self, node, qualified, from_import=False):
     self.uses.append((node.lineno, node.col_offset + 1, qualified,
@@ -243,6 +244,39 @@ class _Scanner(ast.NodeVisitor):
       return  # the whole chain is handled; do not visit its inner parts
     self.generic_visit(node)
 
+  def visit_Call(self, node):  # pylint: disable=invalid-name
+    func = _dotted(node.func)
+    qualified = None
+    if func is not None:
+      root, _, rest = func.partition('.')
+      if root in self.bindings:
+        qualified = self.bindings[root] + ('.' + rest if rest else '')
+    keywords = {k.arg for k in node.keywords if k.arg}
+    if (qualified == 'jax.numpy.clip' or (
+        isinstance(node.func, ast.Attribute) and node.func.attr == 'clip' and
+        qualified is None)) and keywords & {'a', 'a_min', 'a_max'}:
+      name = 'jax.numpy.clip' if qualified else 'Array.clip'
+      old = sorted(keywords & {'a', 'a_min', 'a_max'})
+      self.behaviours.append((node.lineno, node.col_offset + 1,
+                              f'{name}({", ".join(k + "=" for k in old)})',
+                              'arguments'))
+    if (qualified == 'jax.lax.dynamic_slice' and len(node.args) >= 3 and
+        isinstance(node.args[2], ast.Call) and
+        self._resolves_to(node.args[2].func,
+                          ('jax.numpy.array', 'jax.numpy.asarray'))):
+      self.behaviours.append((node.lineno, node.col_offset + 1,
+                              'jax.lax.dynamic_slice(slice_sizes=jnp.array)',
+                              'arguments'))
+    self.generic_visit(node)
+
+  def _resolves_to(self, node, names):
+    dotted = _dotted(node)
+    if dotted is None:
+      return False
+    root, _, rest = dotted.partition('.')
+    return root in self.bindings and (
+        self.bindings[root] + ('.' + rest if rest else '')) in names
+
   def visit_Name(self, node):  # pylint: disable=invalid-name
     if isinstance(node.ctx, ast.Load) and node.id in self.bindings:
       qualified = self.bindings[node.id]
@@ -268,7 +302,23 @@ def scan_source(source, path='<string>'):
     seen.add(key)
     findings.append(Finding(path, line, col, name, status, versions, modern,
                             note))
+  behaviours = {b.name: b for b in _names.BEHAVIOURS}
+  for line, col, name, behaviour in scanner.behaviours:
+    b = behaviours[behaviour]
+    findings.append(Finding(
+        path, line, col, name, SUPPORTED, f'changed in {b.changed}',
+        _BEHAVIOUR_MODERN.get(name.split('(')[0], ''),
+        f'legacy behaviour restored in legacy mode ({b.env}=modern turns '
+        'it off)'))
+  findings.sort(key=lambda f: (f.line, f.col))
   return findings
+
+
+_BEHAVIOUR_MODERN = {
+    'jax.numpy.clip': 'jnp.clip(x, min=..., max=...)',
+    'Array.clip': 'x.clip(min=..., max=...)',
+    'jax.lax.dynamic_slice': 'slice sizes as a tuple of Python ints',
+}
 
 
 def iter_python_files(path):
@@ -363,12 +413,17 @@ def coverage_markdown():
             '', '| name | why |', '| --- | --- |']
   for name, why in sorted(_names.CHANGED_MEANING.items()):
     lines.append(f'| `{name}` | {why} |')
-  lines += ['', '## Policies (applied at the first legacy import)', '',
+  lines += ['', '## Policies (applied at activation)', '',
             '| policy | setting -> legacy value | opt out | why |',
             '| --- | --- | --- | --- |']
   for p in _names.POLICIES:
     lines.append(f'| {p.name} | `{p.setting}={p.legacy_value}` | '
                  f'`{p.env}=modern` | {p.doc} |')
+  lines += ['', '## Changed JAX behaviour restored (at activation)', '',
+            '| behaviour | changed in | opt out | what legacy code gets |',
+            '| --- | --- | --- | --- |']
+  for b in _names.BEHAVIOURS:
+    lines.append(f'| {b.name} | {b.changed} | `{b.env}=modern` | {b.doc} |')
   lines += ['', '## Not provided', '', '| name | why |', '| --- | --- |']
   for name, why in sorted(_names.UNSUPPORTED.items()):
     lines.append(f'| `{name}` | {why} |')
