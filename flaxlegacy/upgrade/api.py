@@ -1,0 +1,147 @@
+"""Codebase-level driver: files in, rewritten files + report out."""
+
+import difflib
+import os
+import shutil
+
+import libcst as cst
+
+from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import transform
+
+
+class SourceFile:
+
+  def __init__(self, src_root, rel, path):
+    self.src_root = src_root
+    self.rel = rel
+    self.path = path
+    self.code = None
+    self.module = None
+    self.error = None
+    self.new_code = None
+    self.report = transform.FileReport()
+
+
+def _walk(src):
+  """(root, relative path, absolute path) of every file under ``src``."""
+  src = os.path.abspath(src)
+  if os.path.isfile(src):
+    yield os.path.dirname(src), os.path.basename(src), src
+    return
+  for dirpath, dirnames, filenames in os.walk(src):
+    dirnames[:] = sorted(d for d in dirnames if d not in (
+        '__pycache__', '.git', '.hg', '.svn'))
+    for f in sorted(filenames):
+      p = os.path.join(dirpath, f)
+      yield src, os.path.relpath(p, src), p
+
+
+def _analyse(files):
+  codebase = facts_lib.CodebaseFacts()
+  for sf in files:
+    if sf.module is not None:
+      codebase.add(facts_lib.collect(sf.rel, sf.module))
+  return codebase.finish()
+
+
+def _parse(sf):
+  try:
+    sf.module = cst.parse_module(sf.code)
+  except cst.ParserSyntaxError as e:
+    line, col, msg = e.raw_line, e.raw_column, str(e).splitlines()[0]
+    try:  # Python's own parser points at the offending line more exactly
+      compile(sf.code, sf.path, 'exec', dont_inherit=True)
+    except SyntaxError as py_error:
+      line, col, msg = py_error.lineno, py_error.offset, py_error.msg
+    sf.error = f'{sf.path}:{line}:{col}: syntax error: {msg}'
+    sf.report.error = sf.error
+
+
+def upgrade_source(code, path='<source>'):
+  """Rewrites one source string; returns (new code, FileReport)."""
+  sf = SourceFile('', path, path)
+  sf.code = code
+  _parse(sf)
+  if sf.error:
+    raise SyntaxError(sf.error)
+  codebase = _analyse([sf])
+  new = transform.upgrade_module(path, sf.module, codebase, sf.report)
+  return new, sf.report
+
+
+def _distinct_rel(files):
+  """Several SRC roots: prefix with the root's basename if names clash."""
+  rels = [sf.rel for sf in files]
+  if len(set(rels)) == len(rels):
+    return
+  for sf in files:
+    sf.rel = os.path.join(os.path.basename(sf.src_root), sf.rel)
+
+
+def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
+                  stdout=None):
+  """Runs the upgrade; returns (exit status, report dict)."""
+  from flaxlegacy.upgrade import report as report_lib  # pylint: disable=g-import-not-at-top
+  files, others = [], []
+  for src in srcs:
+    if not os.path.exists(src):
+      raise FileNotFoundError(f'flaxlegacy upgrade: no such file or '
+                              f'directory: {src}')
+    for root, rel, path in _walk(src):
+      sf = SourceFile(root, rel, path)
+      (files if path.endswith('.py') else others).append(sf)
+  _distinct_rel(files + others)
+  if out is not None:
+    out_abs = os.path.abspath(out)
+    for src in srcs:
+      s = os.path.abspath(src)
+      if out_abs == s or out_abs.startswith(
+          s.rstrip(os.sep) + os.sep) and os.path.isdir(s):
+        raise ValueError(f'flaxlegacy upgrade: --out {out} lies inside SRC '
+                         f'{src}; choose a directory outside it')
+  for sf in files:
+    with open(sf.path, encoding='utf-8') as fh:
+      sf.code = fh.read()
+    _parse(sf)
+  codebase = _analyse(files)
+  for sf in files:
+    if sf.module is None:
+      continue
+    sf.new_code = transform.upgrade_module(sf.rel, sf.module, codebase,
+                                           sf.report)
+  changed = [sf for sf in files if sf.new_code is not None
+             and sf.new_code != sf.code]
+  report = report_lib.build(files, codebase)
+  status = 0
+  if diff:
+    for sf in changed:
+      stdout.write(''.join(difflib.unified_diff(
+          sf.code.splitlines(True), sf.new_code.splitlines(True),
+          fromfile=sf.path, tofile=sf.path)))
+    status = 1 if changed else 0
+  elif in_place:
+    for sf in changed:
+      with open(sf.path, 'w', encoding='utf-8') as fh:
+        fh.write(sf.new_code)
+  elif out is not None:
+    for sf in files + others:
+      dst = os.path.join(out, sf.rel)
+      os.makedirs(os.path.dirname(dst) or '.', exist_ok=True)
+      if sf in files and sf.new_code is not None:
+        with open(dst, 'w', encoding='utf-8') as fh:
+          fh.write(sf.new_code)
+      else:
+        shutil.copy2(sf.path, dst)
+  if verify and not diff:
+    from flaxlegacy.upgrade import verify as verify_lib  # pylint: disable=g-import-not-at-top
+    root = out if out is not None else None
+    results = verify_lib.verify_codebase(files, codebase, upgraded_root=root)
+    report['verification'] = results
+    if any(r['status'] == 'mismatch' for r in results):
+      status = status or 3
+  if out is not None and not diff:
+    report_lib.write(report, os.path.join(out, 'upgrade.json'))
+  if any(sf.error for sf in files) and status == 0:
+    status = 0 if diff else status
+  return status, report
