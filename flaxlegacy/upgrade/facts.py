@@ -358,4 +358,6 @@ def collect(path, module, code_of=None):
   code_of = code_of or module.code_for_node
   facts = FileFacts(path=path)
   module.visit(_FileVisitor(facts, code_of))
+  from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
+  programs.collect_facts(facts, module, code_of)
   return facts

@@ -272,9 +272,16 @@ def parse(code):
 
 def upgrade_module(path, module, codebase, report):
   """Rewrites one parsed file; returns the new source."""
+  file_facts = codebase.files[path]
+  # Program-level rules first (rules/programs.py, issue 15), on the legacy
+  # source, then the module rules on the result.
+  from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
+  wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+  ctx = Context(file_facts, codebase, report,
+                wrapper.resolve(PositionProvider), wrapper.module.code_for_node)
+  module = programs.run(ctx, wrapper.module)
   wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
   positions = wrapper.resolve(PositionProvider)
-  file_facts = codebase.files[path]
   ctx = Context(file_facts, codebase, report, positions,
                 wrapper.module.code_for_node)
   new = wrapper.visit(Upgrader(ctx))
