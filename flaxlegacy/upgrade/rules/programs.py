@@ -26,10 +26,11 @@ the program-level legacy API into linen + optax:
   ``opt.optimize(loss_fn)`` -> ``jax.value_and_grad`` + ``apply_gradients``;
   ``opt.replicate()`` / ``unreplicate()`` -> ``flax.jax_utils``;
 * checkpoints: ``checkpoints.restore_checkpoint(d, opt)`` of a TrainState ->
-  ``flaxlegacy.migrate.upgraded.restore_checkpoint(d, opt)``, which also
+  ``flaxlegacy.migrate.upgraded.restore_checkpoint(d, opt)`` (plain flax
+  + serialization, importable with ``FLAXLEGACY=off``), which also
   reads a checkpoint the legacy program wrote (converted at load);
-* ``flax.training.lr_schedule`` -> ``flaxlegacy.migrate.upgraded``'s optax
-  schedules of the same values; ``optim.DynamicScale`` ->
+* ``flax.training.lr_schedule`` stays (today's flax still has it, same
+  values); ``optim.DynamicScale`` ->
   ``flax.training.dynamic_scale.DynamicScale``.
 
 Which names hold what is tracked per function (``Scope``): assignments from
@@ -153,6 +154,8 @@ def _codebase_model_class(codebase):
   for f in codebase.files.values():
     names |= {n for n in getattr(f, 'model_classes', ()) if n}
   names = {n for n in names if n in codebase.modules}
+  if not names and len(codebase.modules) == 1:
+    names = set(codebase.modules)  # the only module there is
   return names.pop() if len(names) == 1 else None
 
 
@@ -220,6 +223,7 @@ class ProgramRewriter(cst.CSTTransformer):
     self.rewrites = []
     self._stateful = []  # stack of (state expr src or None, target, mutable)
     self._stochastic = []
+    self._assign_values = set()  # ids of assigned Call nodes (statements)
 
   # -- helpers --
   def note(self, node, what):
@@ -337,6 +341,7 @@ class ProgramRewriter(cst.CSTTransformer):
   # -- assignments: types, tuple-producing calls --
   def visit_Assign(self, node):
     v = node.value
+    self._assign_values.add(id(v))
     targets = [t.target for t in node.targets]
     if len(targets) != 1:
       return True
@@ -589,6 +594,8 @@ class ProgramRewriter(cst.CSTTransformer):
     r = self._model_call(original_node)
     if r is not None:
       apply, variables, args, extra, mutable, st = r
+      if mutable and id(original_node) in self._assign_values:
+        return updated_node  # leave_SimpleStatementLine threads the state
       if mutable:
         self.todo(original_node, 'model call inside nn.stateful outside a '
                   'plain assignment: the new state is not threaded back')
@@ -615,12 +622,6 @@ class ProgramRewriter(cst.CSTTransformer):
                          'dynamic_scale_lib')
         return updated_node.with_changes(
             func=_e('dynamic_scale_lib.DynamicScale'))
-    if full and full.startswith('flax.training.lr_schedule.'):
-      fn = full.rsplit('.', 1)[1]
-      self.imports.add('from flaxlegacy.migrate import upgraded as '
-                       'legacy_schedules')
-      self.note(original_node, f'lr_schedule.{fn} -> optax schedule')
-      return updated_node.with_changes(func=_e(f'legacy_schedules.{fn}'))
     # isinstance(x, nn.Model)
     if isinstance(f, cst.Name) and f.value in ('isinstance', 'assertIsInstance'
                                                 ) or (
