@@ -114,7 +114,7 @@ def verify_codebase(files, codebase, upgraded_root):
   by_rel = {sf.rel: sf for sf in files}
   for rel, facts in codebase.files.items():
     for shapes in facts.init_shapes:
-      info = codebase.modules.get(shapes['class'])
+      info = codebase.module(facts, shapes['class'])
       if info is None or info.file not in by_rel:
         continue
       res = verify_module(
