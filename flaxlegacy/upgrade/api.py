@@ -20,6 +20,7 @@ class SourceFile:
     self.module = None
     self.error = None
     self.new_code = None
+    self.statement_texts = None
     self.report = transform.FileReport()
 
 
@@ -37,17 +38,33 @@ def _walk(src):
       yield src, os.path.relpath(p, src), p
 
 
+def _legacy_markers():
+  """Substrings without which a file has nothing for any rule to rewrite."""
+  from flaxlegacy.upgrade.rules import jax_names  # pylint: disable=g-import-not-at-top
+  marks = {'nn', 'flax.deprecated', 'jax.config', 'flax.optim', 'optim'}
+  for q in list(jax_names.RENAMES) + list(jax_names.UNSURE) + list(
+      jax_names.CALLS) + list(jax_names.MODULE_RENAMES):
+    marks.add(q.rsplit('.', 1)[-1])
+  return tuple(sorted(marks))
+
+
+def _may_need_rewrite(code, markers):
+  return any(m in code for m in markers)
+
+
 def _analyse(files):
   codebase = facts_lib.CodebaseFacts()
   for sf in files:
     if sf.module is not None:
-      codebase.add(facts_lib.collect(sf.rel, sf.module))
+      codebase.add(facts_lib.collect(sf.rel, sf.module,
+                                     statement_texts=sf.statement_texts))
   return codebase.finish()
 
 
 def _parse(sf):
   try:
     sf.module = cst.parse_module(sf.code)
+    sf.statement_texts = [sf.module.code_for_node(s) for s in sf.module.body]
   except cst.ParserSyntaxError as e:
     line, col, msg = e.raw_line, e.raw_column, str(e).splitlines()[0]
     try:  # Python's own parser points at the offending line more exactly
@@ -66,7 +83,8 @@ def upgrade_source(code, path='<source>'):
   if sf.error:
     raise SyntaxError(sf.error)
   codebase = _analyse([sf])
-  new = transform.upgrade_module(path, sf.module, codebase, sf.report)
+  new = transform.upgrade_module(path, sf.module, codebase, sf.report,
+                                 sf.statement_texts)
   return new, sf.report
 
 
@@ -100,16 +118,25 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
           s.rstrip(os.sep) + os.sep) and os.path.isdir(s):
         raise ValueError(f'flaxlegacy upgrade: --out {out} lies inside SRC '
                          f'{src}; choose a directory outside it')
+  markers = _legacy_markers()
   for sf in files:
     with open(sf.path, encoding='utf-8') as fh:
       sf.code = fh.read()
-    _parse(sf)
+    if _may_need_rewrite(sf.code, markers):
+      _parse(sf)
+    else:  # nothing any rule looks for; still name a syntax error
+      try:
+        compile(sf.code, sf.path, 'exec', dont_inherit=True)
+        sf.new_code = sf.code
+      except SyntaxError as e:
+        sf.error = f'{sf.path}:{e.lineno}:{e.offset}: syntax error: {e.msg}'
+        sf.report.error = sf.error
   codebase = _analyse(files)
   for sf in files:
     if sf.module is None:
       continue
     sf.new_code = transform.upgrade_module(sf.rel, sf.module, codebase,
-                                           sf.report)
+                                           sf.report, sf.statement_texts)
   changed = [sf for sf in files if sf.new_code is not None
              and sf.new_code != sf.code]
   report = report_lib.build(files, codebase)

@@ -24,6 +24,7 @@ The split (recorded in upgrade.json):
 
 import ast
 import dataclasses
+import re
 from typing import Any, Dict, List, Optional
 
 import libcst as cst
@@ -102,6 +103,8 @@ class _FileVisitor(cst.CSTVisitor):
     self.f = facts
     self.code_of = code_of
     self.depth = 0
+    self.class_depth = 0
+    self.text = '.partial'  # the current top-level statement's source
     self.assigned = {}  # simple module-level/function name -> expr
 
   # -- imports --
@@ -141,7 +144,8 @@ class _FileVisitor(cst.CSTVisitor):
     return None
 
   def visit_ClassDef(self, node):
-    if self.depth:
+    self.class_depth += 1
+    if self.depth or self.class_depth > 1:
       return
     for b in node.bases:
       base = self._is_legacy_base(b.value)
@@ -158,9 +162,12 @@ class _FileVisitor(cst.CSTVisitor):
       self.f.modules[info.name] = info
       return
 
+  def leave_ClassDef(self, node):
+    self.class_depth -= 1
+
   def visit_FunctionDef(self, node):
     self.depth += 1
-    if self.depth > 1:
+    if self.depth > 1 or self.class_depth:
       return
     for d in node.decorators:
       if legacy_attr(d.decorator, self.f.nn_prefixes) == 'module':
@@ -168,6 +175,8 @@ class _FileVisitor(cst.CSTVisitor):
         self.f.modules[info.name] = info
         return
     # helper returning X.partial(...)
+    if '.partial' not in self.text:
+      return
     rets = _returns(node)
     targets = set()
     for r in rets:
@@ -329,6 +338,10 @@ class CodebaseFacts:
     self.modules = {}  # class name -> ModuleInfo (first definition wins)
     self.partial_kwargs = {}
 
+  def module(self, file_facts, name):
+    """The module class ``name`` as seen from a file: its own first."""
+    return file_facts.modules.get(name) or self.modules.get(name)
+
   def add(self, facts):
     self.files[facts.path] = facts
     for name, info in facts.modules.items():
@@ -338,7 +351,8 @@ class CodebaseFacts:
 
   def finish(self):
     """Splits every module's parameters (see the module docstring)."""
-    for info in self.modules.values():
+    infos = [i for f in self.files.values() for i in f.modules.values()]
+    for info in infos:
       partial = self.partial_kwargs.get(info.name, set())
       info.fields, info.call = [], []
       for i, p in enumerate(info.params):
@@ -354,10 +368,25 @@ class CodebaseFacts:
     return self
 
 
-def collect(path, module, code_of=None):
+FACT_MARKERS = re.compile(
+    r'\bimport\b|\.partial\b|init_by_shape|create_by_shape|\bnn\b|'
+    r'flax\.nn|flax\.deprecated')
+
+
+def collect(path, module, code_of=None, statement_texts=None):
+  """The FileFacts of one parsed file.
+
+  ``statement_texts``: the source of each top-level statement; statements
+  whose text shows nothing a fact is made of are not walked (speed).
+  """
   code_of = code_of or module.code_for_node
   facts = FileFacts(path=path)
-  module.visit(_FileVisitor(facts, code_of))
+  visitor = _FileVisitor(facts, code_of)
+  for i, stmt in enumerate(module.body):
+    if statement_texts is None or FACT_MARKERS.search(statement_texts[i]):
+      if statement_texts is not None:
+        visitor.text = statement_texts[i]
+      stmt.visit(visitor)
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
   programs.collect_facts(facts, module, code_of)
   return facts

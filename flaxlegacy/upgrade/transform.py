@@ -5,6 +5,8 @@ Rules that are unsure leave the code as it was and attach
 second run finds the comment and adds nothing).
 """
 
+import re
+
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
@@ -48,10 +50,11 @@ class Context:
     self.positions = positions
     self.code_of = code_of
     self.needed_imports = set()  # 'functools', 'itertools', 'typing.Any'
+    self.line_offset = 0
 
   def line(self, node):
     pos = self.positions.get(node)
-    return pos.start.line if pos is not None else None
+    return pos.start.line + self.line_offset if pos is not None else None
 
 
 class Upgrader(cst.CSTTransformer):
@@ -144,7 +147,8 @@ class Upgrader(cst.CSTTransformer):
         self.todo(original_node, f'nn.{attr}: ' + (
             why or 'no certain linen rewrite here'))
     elif (isinstance(original_node.value, cst.Name)
-          and original_node.value.value in self.ctx.codebase.modules
+          and self.ctx.codebase.module(self.ctx.facts,
+                                      original_node.value.value)
           and original_node.attr.value in PROGRAM_METHODS
           and self.ctx.facts.nn_prefixes):
       self.todo(original_node, f'{original_node.value.value}.'
@@ -270,21 +274,62 @@ def parse(code):
   return cst.parse_module(code)
 
 
-def upgrade_module(path, module, codebase, report):
-  """Rewrites one parsed file; returns the new source."""
+def _relevance(file_facts, codebase):
+  """A regex matching statement text that some rule may rewrite."""
+  from flaxlegacy.upgrade.rules import jax_names  # pylint: disable=g-import-not-at-top
+  words = set()
+  for q in list(jax_names.RENAMES) + list(jax_names.UNSURE) + list(
+      jax_names.CALLS) + list(jax_names.MODULE_RENAMES):
+    words.add(q.rsplit('.', 1)[-1])
+  words.update(file_facts.modules)
+  words.update(file_facts.partial_helpers)
+  for f in codebase.files.values():
+    words.update(f.modules)
+  words.update(p.split('.')[-1] for p in file_facts.nn_prefixes)
+  alternatives = [r'\bimport\b', r'\.partial\b', 'jax\\.config']
+  alternatives += [r'\b' + re.escape(w) + r'\b' for w in sorted(words)]
+  return re.compile('|'.join(alternatives))
+
+
+def upgrade_module(path, module, codebase, report, statement_texts=None):
+  """Rewrites one parsed file; returns the new source.
+
+  Only top-level statements whose text matches ``_relevance`` are walked;
+  positions (for the report's line numbers) are resolved per walked
+  statement.
+  """
   file_facts = codebase.files[path]
   # Program-level rules first (rules/programs.py, issue 15), on the legacy
   # source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
-  wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-  ctx = Context(file_facts, codebase, report,
-                wrapper.resolve(PositionProvider), wrapper.module.code_for_node)
-  module = programs.run(ctx, wrapper.module)
-  wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-  positions = wrapper.resolve(PositionProvider)
-  ctx = Context(file_facts, codebase, report, positions,
-                wrapper.module.code_for_node)
-  new = wrapper.visit(Upgrader(ctx))
+  if programs.relevant(file_facts):
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    pctx = Context(file_facts, codebase, report,
+                   wrapper.resolve(PositionProvider),
+                   wrapper.module.code_for_node)
+    new_module = programs.run(pctx, wrapper.module)
+    if not new_module.deep_equals(module):
+      module, statement_texts = new_module, None
+  ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
+  upgrader = Upgrader(ctx)
+  if statement_texts is None:
+    statement_texts = [module.code_for_node(s) for s in module.body]
+  relevant = _relevance(file_facts, codebase)
+  line = 1 + sum(1 for _ in module.header)
+  body = []
+  changed = False
+  for stmt, text in zip(module.body, statement_texts):
+    if relevant.search(text):
+      wrapper = MetadataWrapper(cst.Module(body=[stmt]), unsafe_skip_copy=True)
+      ctx.positions = wrapper.resolve(PositionProvider)
+      ctx.line_offset = line - 1
+      new = stmt.visit(upgrader)
+      changed = changed or new is not stmt
+      body.append(new)
+    else:
+      body.append(stmt)
+    line += text.count('\n')
+  new = module.with_changes(body=body) if changed else module
   if ctx.needed_imports:
     new = add_imports(new, ctx.needed_imports)
   return new.code

@@ -45,16 +45,33 @@ def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
     inputs: ``[(shape, dtype name), ...]`` of the positional inputs.
     hyper: the legacy hyper-parameters (what ``.partial`` would bind).
     fields, call, var_kw: the split from upgrade.json's ``modules`` entry.
+    rtol: the tolerance (see the module docstring).
+    seed: PRNG seed of initialisation and inputs.
+    perturb: standard deviation of the noise added to every parameter.
   Returns:
     ``{'status': 'ok' | 'mismatch' | 'error', 'detail': ..., ...}``.
   """
-  hyper = dict(hyper or {})
+  return verify_modules(legacy_file, upgraded_file, [dict(
+      class_name=class_name, inputs=inputs, hyper=hyper, fields=fields,
+      call=call, var_kw=var_kw)], rtol=rtol, seed=seed, perturb=perturb)[0]
+
+
+def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
+                   perturb=0.1):
+  """Several ``verify_module`` checks of one file pair, two processes in all.
+
+  ``checks``: dicts with the keyword arguments of ``verify_module``
+  (``class_name``, ``inputs``, ``hyper``, ``fields``, ``call``, ``var_kw``).
+  """
   spec = {'legacy_file': os.path.abspath(legacy_file),
           'upgraded_file': os.path.abspath(upgraded_file),
-          'class': class_name, 'hyper': hyper,
-          'inputs': [[list(s), str(d)] for s, d in inputs],
-          'fields': list(fields or []), 'call': list(call or []),
-          'var_kw': var_kw, 'rtol': rtol, 'seed': seed, 'perturb': perturb}
+          'checks': [{
+              'class': c['class_name'], 'hyper': dict(c.get('hyper') or {}),
+              'inputs': [[list(s), str(d)] for s, d in c['inputs']],
+              'fields': list(c.get('fields') or []),
+              'call': list(c.get('call') or []), 'var_kw': c.get('var_kw'),
+              'rtol': rtol, 'seed': seed, 'perturb': perturb}
+                     for c in checks]}
   with tempfile.TemporaryDirectory() as tmp:
     spec_path = os.path.join(tmp, 'spec.json')
     with open(spec_path, 'w') as f:
@@ -63,26 +80,30 @@ def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
     linen_out = os.path.join(tmp, 'linen.json')
     p = _run(['legacy', spec_path, legacy_out], False, tmp)
     if p.returncode:
-      return {'status': 'error', 'side': 'legacy',
-              'detail': p.stderr.strip().splitlines()[-1:] and
-                        p.stderr.strip().splitlines()[-1],
-              'stderr': p.stderr[-4000:]}
+      return [{'status': 'error', 'side': 'legacy',
+               'detail': (p.stderr.strip().splitlines() or ['?'])[-1],
+               'stderr': p.stderr[-4000:]}] * len(checks)
     p = _run(['linen', spec_path, linen_out, legacy_out], True, tmp)
     if p.returncode:
-      return {'status': 'error', 'side': 'upgraded',
-              'detail': p.stderr.strip().splitlines()[-1],
-              'stderr': p.stderr[-4000:]}
+      return [{'status': 'error', 'side': 'upgraded',
+               'detail': (p.stderr.strip().splitlines() or ['?'])[-1],
+               'stderr': p.stderr[-4000:]}] * len(checks)
     with open(linen_out) as f:
-      result = json.load(f)
-  ok = result['match'] and result['tree'] and not result['legacy_imported']
-  result['status'] = 'ok' if ok else 'mismatch'
-  if not ok:
-    result['detail'] = ('parameter tree differs' if not result['tree'] else
-                        'legacy API imported by upgraded code'
-                        if result['legacy_imported'] else
-                        f"outputs differ (max rel err "
-                        f"{result['max_rel_err']:.3g})")
-  return result
+      results = json.load(f)
+  for result in results:
+    if 'error' in result:
+      result['status'] = 'error'
+      result['detail'] = result['error']
+      continue
+    ok = result['match'] and result['tree'] and not result['legacy_imported']
+    result['status'] = 'ok' if ok else 'mismatch'
+    if not ok:
+      result['detail'] = ('parameter tree differs' if not result['tree'] else
+                          'legacy API imported by upgraded code'
+                          if result['legacy_imported'] else
+                          f"outputs differ (max rel err "
+                          f"{result['max_rel_err']:.3g})")
+  return results
 
 
 def verify_codebase(files, codebase, upgraded_root):
@@ -93,7 +114,7 @@ def verify_codebase(files, codebase, upgraded_root):
   by_rel = {sf.rel: sf for sf in files}
   for rel, facts in codebase.files.items():
     for shapes in facts.init_shapes:
-      info = codebase.modules.get(shapes['class'])
+      info = codebase.module(facts, shapes['class'])
       if info is None or info.file not in by_rel:
         continue
       res = verify_module(

@@ -93,7 +93,7 @@ class Resolver:
     if isinstance(expr, cst.Name):
       if expr.value in self.locals:
         return self.locals[expr.value]
-      info = ctx.codebase.modules.get(expr.value)
+      info = ctx.codebase.module(ctx.facts, expr.value)
       if info is not None and not info.problems:
         return Ref('class', info, None)
       return None

@@ -41,6 +41,7 @@ Anything not certain keeps its code and gets a TODO.
 """
 
 import ast
+import re
 
 import libcst as cst
 
@@ -145,8 +146,20 @@ def _class_name(expr):
   return name.split('.')[-1] if name else None
 
 
+PROGRAM_WORDS = re.compile(
+    r'\boptim\b|\.target\b|\.state\.step\b|apply_gradient|\.optimize\(|'
+    r'init_by_shape|create_by_shape|\.create\(|\.init\(|stateful|'
+    r'stochastic|nn\.Model|restore_checkpoint|replicate\(\)')
+
+
 def collect_facts(file_facts, module, code_of):
   module.visit(_Scan(file_facts, code_of))
+  file_facts.program_words = bool(PROGRAM_WORDS.search(module.code))
+
+
+def relevant(file_facts):
+  """Whether the program pass has anything to look at in this file."""
+  return getattr(file_facts, 'program_words', True)
 
 
 def _codebase_model_class(codebase):
