@@ -271,3 +271,32 @@ def test_legacy_checkpoint_resumes_in_upgraded_program(home, upgraded,
     assert abs(float(x[2]) - float(y[2])) < 1e-4, (legacy_out, up_out)
   assert float(b[1][2]) < float(b[0][2])
   assert sorted(os.listdir(ck_up)) == ['checkpoint_20', 'checkpoint_40']
+
+
+def test_upgraded_mnist_step_lowers_to_the_linen_optax_program():
+  """benchmarks/models.py's legacy MNIST program (LegacyCNN,
+  optim.Momentum, value_and_grad of the Model), upgraded by the tool, lowers
+  to the StableHLO of the hand-written linen + TrainState + optax step (the
+  ``cnn:upgraded`` row of the benchmark's programs table)."""
+  code = textwrap.dedent('''
+      import sys
+      sys.path.insert(0, %r)
+      from benchmarks import models, programs
+      import jax
+      ns = models.upgraded_cnn_namespace()
+      assert 'optax.sgd(LEARNING_RATE, momentum=BETA)' in ns['__source__']
+      texts = {}
+      for variant in ('upgraded', 'linen'):
+        step, state, batch = models.build_cnn(variant, 4)
+        fn, args = models.flat_step(variant, step, state, batch)
+        texts[variant] = jax.jit(fn).lower(*args).as_text()
+      assert programs.op_counts(texts['upgraded'])['convolution'] == 5
+      print('identical', programs.canonical_stablehlo(texts['upgraded']) ==
+            programs.canonical_stablehlo(texts['linen']))
+      ''' % REPO)
+  env = {k: v for k, v in os.environ.items() if k != 'FLAXLEGACY'}
+  env.update(JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+  run = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stdout + run.stderr
+  assert 'identical True' in run.stdout, run.stdout + run.stderr
