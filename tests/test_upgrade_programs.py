@@ -65,6 +65,26 @@ CASES = [
               'params=model, tx=optax.sgd(0.1, momentum=0.9, '
               'nesterov=True))',
               'from flax.training import train_state', 'import optax']),
+    ('adam_definition_then_create', '''
+        def create_optimizer(model, learning_rate):
+          optimizer_def = optim.Adam(learning_rate=learning_rate)
+          optimizer = optimizer_def.create(model)
+          return optimizer
+        ''', ['optimizer_def = optax.adam(learning_rate)',
+              'optimizer = train_state.TrainState.create(apply_fn='
+              'CNN().apply, params=model, tx=optimizer_def)']),
+    ('adam_weight_decay', '''
+        opt = optim.Adam(1e-3, weight_decay=0.1).create(model)
+        ''', ['tx=optax.adamw(1e-3, weight_decay=0.1)']),
+    ('momentum_weight_decay', '''
+        opt = optim.Momentum(0.1, 0.9, weight_decay=1e-4).create(model)
+        ''', ['tx=optax.chain(optax.add_decayed_weights(1e-4), '
+              'optax.sgd(0.1, momentum=0.9))']),
+    ('init_keyword_inputs', '''
+        _, params = CNN.init(rng, x=node_feats,
+                             edge_x=None)
+        ''', ["params = CNN().init(rng, x=node_feats, edge_x=None)"
+              "['params']"]),
     ('gradient_descent_positional', '''
         opt = optim.GradientDescent(0.5).create(model)
         ''', ['tx=optax.sgd(0.5)']),
@@ -159,11 +179,11 @@ def test_rule(name, src, expected):
 
 
 def test_optimizer_without_plain_optax_keeps_code_with_todo():
-  new, report = up(HEADER + 'opt = optim.Adam(1e-3).create(model)\n')
-  assert 'optim.Adam(1e-3).create(model)' in new
+  new, report = up(HEADER + 'opt = optim.Adagrad(1e-3).create(model)\n')
+  assert 'optim.Adagrad(1e-3).create(model)' in new
   assert 'from flax import optim' in new  # still used
-  assert any('optim.Adam' in t['why'] for t in report.left)
-  assert '# TODO(flaxlegacy upgrade): optim.Adam' in new
+  assert any('optim.Adagrad' in t['why'] for t in report.left)
+  assert '# TODO(flaxlegacy upgrade): optim.Adagrad' in new
 
 
 def test_idempotent():

@@ -307,7 +307,16 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
     pctx = Context(file_facts, codebase, report,
                    wrapper.resolve(PositionProvider),
                    wrapper.module.code_for_node)
-    new_module = programs.run(pctx, wrapper.module)
+    try:
+      new_module = programs.run(pctx, wrapper.module)
+    except Exception as e:  # pylint: disable=broad-except
+      # A program-level construct the pass does not know: the module rules
+      # still run; the report says what was not rewritten.
+      report.left.append({'line': None, 'why': 'program-level rules failed '
+                          f'on this file ({type(e).__name__}: '
+                          f'{str(e).splitlines()[0] if str(e) else ""}); '
+                          'program code left as it was'})
+      new_module = module
     if not new_module.deep_equals(module):
       module, statement_texts = new_module, None
   ctx = Context(file_facts, codebase, report, {}, module.code_for_node)

@@ -57,7 +57,14 @@ OPTAX = {
                                                         None)}),
     'Momentum': ('optax.sgd', {'learning_rate': ('learning_rate', None),
                                'beta': ('momentum', '0.9'),
+                               'weight_decay': ('weight_decay', None),
                                'nesterov': ('nesterov', 'False')}),
+    # legacy weight decay is decoupled and scaled by the learning rate, as
+    # optax.adamw's (the rewrite picks adamw when it is not zero)
+    'Adam': ('optax.adam', {'learning_rate': ('learning_rate', None),
+                            'beta1': ('b1', None), 'beta2': ('b2', None),
+                            'eps': ('eps', None),
+                            'weight_decay': ('weight_decay', None)}),
 }
 OPT_PARAM_NAMES = ('optimizer', 'opt', 'new_optimizer')
 MODEL_PARAM_NAMES = ('model',)
@@ -104,16 +111,26 @@ class _Scan(cst.CSTVisitor):
     self.code_of = code_of
     f.model_classes = set()  # legacy module expressions models are built of
     f.loss_fns = set()
+    self.partial_vars = {}
     f.per_step_lr = False
     f.optim_locals = {l for l, full in f.imports.items()
                       if full in ('flax.optim',)}
+
+  def visit_Assign(self, node):
+    v = node.value
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
+        and v.func.attr.value == 'partial'):
+      self.partial_vars[node.targets[0].target.value] = _class_name(v)
 
   def visit_Call(self, node):
     fn = node.func
     if isinstance(fn, cst.Attribute):
       a = fn.attr.value
       if a in LIFECYCLE:
-        self.f.model_classes.add(_class_name(fn.value))
+        name = _class_name(fn.value)
+        self.f.model_classes.add(self.partial_vars.get(name, name))
       if a in ('apply_gradient', 'optimize'):
         if any(x.keyword is not None and x.keyword.value == 'learning_rate'
                for x in node.args):
@@ -186,6 +203,8 @@ class Scope:
     self.kinds = {}
     self.apply_of = {}  # model name -> source of an apply function
     self.state_of = {}  # model name -> optimizer name it came from
+    self.optdefs = {}  # name -> legacy optimizer class (value now optax)
+    self.modvars = set()  # names bound to X.partial(...) of a legacy module
 
   def kind(self, name):
     s = self
@@ -202,6 +221,13 @@ class Scope:
     return None
 
   def lookup(self, table, name):
+    if table == 'modvars_':
+      s = self
+      while s is not None:
+        if name in s.modvars:
+          return True
+        s = s.parent
+      return False
     s = self
     while s is not None:
       d = getattr(s, table)
@@ -237,8 +263,14 @@ class ProgramRewriter(cst.CSTTransformer):
     self._stateful = []  # stack of (state expr src or None, target, mutable)
     self._stochastic = []
     self._assign_values = set()  # ids of assigned Call nodes (statements)
+    self._optdef_values = set()  # ids of optim.X(...) assigned to a name
 
   # -- helpers --
+  def _argsrc(self, a):
+    star = a.star if isinstance(a.star, str) else ''
+    kw = f'{a.keyword.value}=' if a.keyword is not None else ''
+    return f'{star}{kw}{self.ctx.code_of(a.value)}'
+
   def note(self, node, what):
     self.ctx.report.rewritten.append(
         {'rule': 'programs', 'line': self.ctx.line(node), 'what': what})
@@ -313,7 +345,7 @@ class ProgramRewriter(cst.CSTTransformer):
                                                         cst.Attribute)
         and cls_expr.func.attr.value == 'partial'):
       inner = self.ctx.code_of(cls_expr.func.value)
-      args = ', '.join(self.ctx.code_of(a).rstrip(', ') for a in
+      args = ', '.join(self._argsrc(a) for a in
                        cls_expr.args)
       return f'{inner}({args})'
     return f'{code}()'
@@ -355,6 +387,19 @@ class ProgramRewriter(cst.CSTTransformer):
   def visit_Assign(self, node):
     v = node.value
     self._assign_values.add(id(v))
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and isinstance(v, cst.Call) and isinstance(v.func, (cst.Name,
+                                                            cst.Attribute))
+        and self.is_optim(v.func) in OPTAX):
+      self.scope.optdefs[node.targets[0].target.value] = self.is_optim(v.func)
+      self._optdef_values.add(id(v))
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
+        and v.func.attr.value == 'partial'
+        and _class_name(v) in self.codebase.modules):
+      self.scope.modvars.add(node.targets[0].target.value)
     targets = [t.target for t in node.targets]
     if len(targets) != 1:
       return True
@@ -405,8 +450,10 @@ class ProgramRewriter(cst.CSTTransformer):
     attr = ov.func.attr.value
     # _, model = M.create_by_shape(rng, specs)  /  M.init_by_shape
     if attr in LIFECYCLE and isinstance(t, (cst.Tuple, cst.List)) and len(
-        t.elements) == 2 and _class_name(ov.func.value) in (
-            self.codebase.modules):
+        t.elements) == 2 and (_class_name(ov.func.value) in (
+            self.codebase.modules) or (
+                isinstance(ov.func.value, cst.Name)
+                and self.scope.lookup('modvars_', ov.func.value.value))):
       first = t.elements[0].value
       second = self.ctx.code_of(t.elements[1].value)
       init = self._init_expr(ov)
@@ -471,9 +518,9 @@ class ProgramRewriter(cst.CSTTransformer):
       inputs = ', '.join(self.ctx.code_of(a.value) for a in args[1:]
                          if a.keyword is None)
       rest = [a for a in args[1:] if a.keyword is not None]
-    kw = ''.join(', ' + self.ctx.code_of(a).rstrip(', ') for a in rest
+    kw = ''.join(', ' + self._argsrc(a) for a in rest
                  if a.keyword is not None)
-    return f'{ctor}.init({rng}, {inputs}{kw})'
+    return f'{ctor}.init({rng}{", " if inputs else ""}{inputs}{kw})'
 
   def _apply_gradients(self, opt, grads, extra_args):
     lr = None
@@ -546,7 +593,7 @@ class ProgramRewriter(cst.CSTTransformer):
     st = self._stateful[-1] if self._stateful else None
     if st is not None and st[0] is not None:
       variables = f"{{'params': {model}, **{st[0]}}}"
-    args = ', '.join(self.ctx.code_of(a).rstrip(', ') for a in call.args)
+    args = ', '.join(self._argsrc(a) for a in call.args)
     extra = ''
     if self._stochastic:
       extra += f", rngs={{'dropout': {self._stochastic[-1]}}}"
@@ -590,6 +637,21 @@ class ProgramRewriter(cst.CSTTransformer):
       name = self.is_optim(f.value.func)
       if name is not None:
         return self._create(original_node, f.value, name) or updated_node
+    # optimizer_def.create(target), optimizer_def = optim.X(...)
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
+        isinstance(f.value, cst.Name)) and self.scope.lookup(
+            'optdefs', f.value.value):
+      name = self.scope.lookup('optdefs', f.value.value)
+      return self._create(original_node, None, name,
+                          tx=f.value.value) or updated_node
+    # optim.X(...) alone: the optax transformation
+    name = self.is_optim(f) if isinstance(f, (cst.Name, cst.Attribute)
+                                          ) else None
+    if name in OPTAX and id(original_node) in self._optdef_values:
+      tx = self._tx(original_node, original_node, name)
+      if tx is not None:
+        self.note(original_node, f'optim.{name}(...) -> {tx.split("(")[0]}')
+        return _e(tx)
     if isinstance(f, cst.Attribute) and self.kind_of(f.value) == OPT:
       opt = updated_node.func.value
       opt_src = cst.Module([]).code_for_node(opt)
@@ -659,11 +721,29 @@ class ProgramRewriter(cst.CSTTransformer):
       return name
     return full + ('.' + rest if rest else '')
 
-  def _create(self, node, opt_call, name):
+  def _create(self, node, opt_call, name, tx=None):
     if not node.args:
       return None
     target = node.args[0].value
     target_src = self.ctx.code_of(target)
+    if tx is None:
+      tx = self._tx(node, opt_call, name)
+    if tx is None:
+      return None
+    apply = None
+    if isinstance(target, cst.Name):
+      apply = self.apply_fn_for(target.value)
+    if apply is None:
+      apply = 'None'
+      self.todo(node, 'TrainState.apply_fn: the module of this model is not '
+                'known here; apply it with module.apply')
+    self.imports.add('from flax.training import train_state')
+    self.note(node, f'optim.{name}(...).create -> TrainState')
+    return _e(f'train_state.TrainState.create(apply_fn={apply}, '
+              f'params={target_src}, tx={tx})')
+
+  def _tx(self, node, opt_call, name):
+    """optax source for ``optim.<name>(...)`` (the call node), or None."""
     if name not in OPTAX:
       self.todo(node, f'optim.{name}: no plain optax transformation with '
                 'the same numbers; using the legacy-numerics bridge '
@@ -700,17 +780,18 @@ class ProgramRewriter(cst.CSTTransformer):
           continue
         inner.append(f'{ok}={kw[k]}')
       tx = f"{fn}({', '.join(inner)})"
-    apply = None
-    if isinstance(target, cst.Name):
-      apply = self.apply_fn_for(target.value)
-    if apply is None:
-      apply = 'None'
-      self.todo(node, 'TrainState.apply_fn: the module of this model is not '
-                'known here; apply it with module.apply')
-    self.imports.add('from flax.training import train_state')
-    self.note(node, f'optim.{name}(...).create -> TrainState + {fn}')
-    return _e(f'train_state.TrainState.create(apply_fn={apply}, '
-              f'params={target_src}, tx={tx})')
+    if name == 'Adam' and kw.get('weight_decay') not in (None, '0', '0.0',
+                                                         '0.'):
+      tx = tx.replace('optax.adam(', 'optax.adamw(', 1)
+    elif name == 'Adam':
+      tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
+    if name == 'Momentum' and kw.get('weight_decay') not in (None, '0',
+                                                             '0.0', '0.'):
+      tx = tx.replace(f', weight_decay={kw["weight_decay"]}', '')
+      tx = f'optax.chain(optax.add_decayed_weights({kw["weight_decay"]}), {tx})'
+    elif name == 'Momentum':
+      tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
+    return tx
 
   def leave_Attribute(self, original_node, updated_node):
     a = original_node.attr.value
