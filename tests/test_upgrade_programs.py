@@ -143,7 +143,16 @@ CASES = [
           with nn.stochastic(rng):
             y = model(x)
           return y
-        ''', ["y = CNN().apply({'params': model}, x, rngs={'dropout': rng})"]),
+        ''', ["y = CNN().apply({'params': model}, x, rngs={'dropout': rng})",
+              'with legacy_rng.stochastic(rng):']),
+    ('make_rng_in_program_code', '''
+        def create_model():
+          _, params = CNN.init(nn.make_rng(), x)
+          return params
+        with nn.stochastic(rng):
+          key = nn.make_rng()
+        ''', ['legacy_rng.make_rng()', 'with legacy_rng.stochastic(rng):',
+              'from flaxlegacy.migrate import upgraded as legacy_rng']),
     ('replicate', '''
         optimizer = optimizer.replicate()
         model = optimizer.unreplicate().target

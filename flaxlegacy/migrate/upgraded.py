@@ -150,3 +150,51 @@ def restore_checkpoint(ckpt_dir, target, step=None, prefix='checkpoint_',
   if _find(raw):
     raw = convert_state_dict(raw, target)
   return serialization.from_state_dict(target, raw)
+
+
+# --- nn.stochastic / nn.make_rng at program level --------------------------
+#
+# ``flaxlegacy upgrade`` passes ``rngs={'dropout': rng}`` to the model calls
+# it sees inside a ``with nn.stochastic(rng):`` block; keys that program
+# code itself draws with ``nn.make_rng()`` (possibly in a function called
+# from the block) come from these two plain-JAX functions, with legacy's
+# numbering: the n-th key of a block is ``fold_in(rng, n)``, n = 1, 2, ...
+
+_FRAMES = []
+
+
+class _Frame:
+
+  def __init__(self, rng):
+    self.rng = rng
+    self.count = 0
+
+
+class stochastic:  # pylint: disable=invalid-name
+  """``with stochastic(rng):`` -- a block in which ``make_rng()`` draws."""
+
+  def __init__(self, rng):
+    self._frame = _Frame(rng)
+
+  def __enter__(self):
+    _FRAMES.append(self._frame)
+    return self._frame
+
+  def __exit__(self, *exc):
+    _FRAMES.remove(self._frame)
+    return False
+
+
+def is_stochastic():
+  return bool(_FRAMES)
+
+
+def make_rng():
+  """The next key of the innermost ``stochastic`` block."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if not _FRAMES:
+    raise ValueError('Use the `nn.stochastic()` context manager to enable '
+                     'stochastic computations.')
+  frame = _FRAMES[-1]
+  frame.count += 1
+  return jax.random.fold_in(frame.rng, frame.count)

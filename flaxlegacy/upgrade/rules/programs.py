@@ -363,7 +363,13 @@ class ProgramRewriter(cst.CSTTransformer):
     return None
 
   # -- scopes --
+  def visit_ClassDef(self, node):
+    # legacy module bodies are the module rules' (rules/modules.py)
+    return node.name.value not in self.f.modules
+
   def visit_FunctionDef(self, node):
+    if node.name.value in self.f.modules:
+      return False
     self.scope = Scope(self.scope)
     ps = node.params
     plist = list(ps.posonly_params) + list(ps.params) + list(ps.kwonly_params)
@@ -380,6 +386,8 @@ class ProgramRewriter(cst.CSTTransformer):
     return True
 
   def leave_FunctionDef(self, original_node, updated_node):
+    if original_node.name.value in self.f.modules:
+      return updated_node
     self.scope = self.scope.parent
     return updated_node
 
@@ -551,23 +559,30 @@ class ProgramRewriter(cst.CSTTransformer):
     return True
 
   def leave_With(self, original_node, updated_node):
-    handled = []
-    for item in original_node.items:
+    handled, items = [], []
+    for item, new_item in zip(original_node.items, updated_node.items):
       call = item.item
       if isinstance(call, cst.Call) and self.is_nn(call.func, 'stateful'):
         handled.append(self._stateful.pop())
       elif isinstance(call, cst.Call) and self.is_nn(call.func, 'stochastic'):
         self._stochastic.pop()
-        handled.append([None, None, None, True])
+        # Kept as a plain-JAX block, for the keys program code draws with
+        # nn.make_rng() (flaxlegacy.migrate.upgraded).
+        self.imports.add('from flaxlegacy.migrate import upgraded as '
+                         'legacy_rng')
+        items.append(new_item.with_changes(item=new_item.item.with_changes(
+            func=_e('legacy_rng.stochastic'))))
       else:
-        return updated_node
+        items.append(new_item)
+    if not handled:
+      return updated_node.with_changes(items=_clean_items(items))
     if not all(h[3] for h in handled):
-      self.todo(original_node, 'nn.stateful / nn.stochastic block: no model '
-                'call or init inside that the upgrade could thread the '
-                'state through')
+      self.todo(original_node, 'nn.stateful block: no model call or init '
+                'inside that the upgrade could thread the state through')
       return updated_node
-    self.note(original_node, 'nn.stateful / nn.stochastic -> apply '
-              'arguments')
+    self.note(original_node, 'nn.stateful -> apply arguments')
+    if items:
+      return updated_node.with_changes(items=_clean_items(items))
     body = list(updated_node.body.body)
     if body:
       body[0] = body[0].with_changes(leading_lines=list(
@@ -631,6 +646,13 @@ class ProgramRewriter(cst.CSTTransformer):
   # -- expressions --
   def leave_Call(self, original_node, updated_node):
     f = original_node.func
+    if not original_node.args and (self.is_nn(f, 'make_rng')
+                                   or self.is_nn(f, 'is_stochastic')):
+      self.imports.add('from flaxlegacy.migrate import upgraded as '
+                       'legacy_rng')
+      self.note(original_node, f'nn.{f.attr.value}() in program code -> '
+                'legacy_rng')
+      return _e(f'legacy_rng.{f.attr.value}()')
     # optim.X(...).create(target)
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         isinstance(f.value, cst.Call)):
@@ -806,6 +828,18 @@ class ProgramRewriter(cst.CSTTransformer):
     if a == 'params' and k == MODEL:
       return updated_node.value
     return updated_node
+
+
+def _clean_items(items):
+  out = []
+  for i, it in enumerate(items):
+    if i < len(items) - 1:
+      it = it.with_changes(comma=cst.Comma(
+          whitespace_after=cst.SimpleWhitespace(' ')))
+    else:
+      it = it.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    out.append(it)
+  return out
 
 
 def _specs(src):
