@@ -464,7 +464,8 @@ class ProgramRewriter(cst.CSTTransformer):
                 and self.scope.lookup('modvars_', ov.func.value.value))):
       first = t.elements[0].value
       second = self.ctx.code_of(t.elements[1].value)
-      init = self._init_expr(ov)
+      init = self._init_expr(v if isinstance(v, cst.Call) and isinstance(
+          v.func, cst.Attribute) else ov)
       if init is None:
         return None
       out = []
@@ -487,9 +488,11 @@ class ProgramRewriter(cst.CSTTransformer):
     if attr == 'optimize' and isinstance(t, (cst.Tuple, cst.List)) and (
         self.kind_of(ov.func.value) == OPT) and ov.args:
       names = [self.ctx.code_of(e.value) for e in t.elements]
+      src = v if isinstance(v, cst.Call) and len(v.args) == len(
+          ov.args) else ov
       opt = self.ctx.code_of(ov.func.value)
-      loss_fn = self.ctx.code_of(ov.args[0].value)
-      extra = [a for a in ov.args[1:]]
+      loss_fn = self.ctx.code_of(src.args[0].value)
+      extra = [a for a in src.args[1:]]
       if len(names) == 3:
         vg = (f'({names[1]}, {names[2]}), _grad = jax.value_and_grad('
               f'{loss_fn}, has_aux=True)({opt}.params)\n')
@@ -589,7 +592,7 @@ class ProgramRewriter(cst.CSTTransformer):
           updated_node.leading_lines) + list(body[0].leading_lines))
     return cst.FlattenSentinel(body)
 
-  def _model_call(self, call):
+  def _model_call(self, call, updated=None):
     """``apply`` source for a model call (a Call node), or None."""
     f = call.func
     if isinstance(f, cst.Name) and self.scope.kind(f.value) == MODEL:
@@ -608,7 +611,10 @@ class ProgramRewriter(cst.CSTTransformer):
     st = self._stateful[-1] if self._stateful else None
     if st is not None and st[0] is not None:
       variables = f"{{'params': {model}, **{st[0]}}}"
-    args = ', '.join(self._argsrc(a) for a in call.args)
+    if updated is None or not isinstance(updated, cst.Call) or len(
+        updated.args) != len(call.args):
+      updated = call
+    args = ', '.join(self._argsrc(a) for a in updated.args)
     extra = ''
     if self._stochastic:
       extra += f", rngs={{'dropout': {self._stochastic[-1]}}}"
@@ -623,7 +629,7 @@ class ProgramRewriter(cst.CSTTransformer):
     ov = orig.value
     if not isinstance(ov, cst.Call):
       return None
-    r = self._model_call(ov)
+    r = self._model_call(ov, stmt.value)
     if r is None:
       return None
     apply, variables, args, extra, mutable, st = r
@@ -688,7 +694,7 @@ class ProgramRewriter(cst.CSTTransformer):
         self.note(original_node, f'optimizer.{f.attr.value}() -> jax_utils')
         return _e(f'jax_utils.{f.attr.value}({opt_src})')
     # model(x) in expression position (not an assignment handled above)
-    r = self._model_call(original_node)
+    r = self._model_call(original_node, updated_node)
     if r is not None:
       apply, variables, args, extra, mutable, st = r
       if mutable and id(original_node) in self._assign_values:
