@@ -358,7 +358,9 @@ class ProgramRewriter(cst.CSTTransformer):
     opt = self.scope.lookup('state_of', model_name)
     if opt:
       return f'{opt}.apply_fn'
-    if self.model_class:
+    if self.model_class and (self.model_class in self.f.modules
+                             or self.model_class in self.f.imports):
+      # the one module class models are built of, bound in this file
       return f'{self.model_class}().apply'
     return None
 
@@ -823,6 +825,17 @@ class ProgramRewriter(cst.CSTTransformer):
 
   def leave_Attribute(self, original_node, updated_node):
     a = original_node.attr.value
+    # type annotations of legacy containers (flax.struct TrainStates)
+    legacy_type = self.is_optim(original_node)
+    if legacy_type == 'Optimizer':
+      self.imports.add('from flax.training import train_state')
+      return _e('train_state.TrainState')
+    if legacy_type == 'DynamicScale':
+      self.imports.add('from flax.training import dynamic_scale as '
+                       'dynamic_scale_lib')
+      return _e('dynamic_scale_lib.DynamicScale')
+    if self.is_nn(original_node, 'Collection'):
+      return cst.Name('dict')  # {'batch_stats': ...} variables
     k = self.kind_of(original_node.value)
     if a == 'target' and k == OPT:
       return updated_node.with_changes(attr=cst.Name('params'))
