@@ -262,6 +262,7 @@ def test_upgraded_mnist_has_no_legacy_names(upgraded):
   assert 'train_state.TrainState.create(' in code
 
 
+@pytest.mark.slow
 def test_upgraded_mnist_train_test_passes_with_layer_off(home, upgraded):
   _, up_dir = upgraded
   run, out = _run(['train_test.py'], _env(home), str(up_dir))
@@ -269,6 +270,7 @@ def test_upgraded_mnist_train_test_passes_with_layer_off(home, upgraded):
   assert 'Ran 5 tests' in out and '\nOK' in out, out[-3000:]
 
 
+@pytest.mark.slow
 def test_legacy_checkpoint_resumes_in_upgraded_program(home, upgraded,
                                                        tmp_path):
   """The legacy program writes a checkpoint after 20 steps; the legacy
@@ -302,6 +304,7 @@ def test_legacy_checkpoint_resumes_in_upgraded_program(home, upgraded,
   assert sorted(os.listdir(ck_up)) == ['checkpoint_20', 'checkpoint_40']
 
 
+@pytest.mark.slow
 def test_upgraded_mnist_step_lowers_to_the_linen_optax_program():
   """benchmarks/models.py's legacy MNIST program (LegacyCNN,
   optim.Momentum, value_and_grad of the Model), upgraded by the tool, lowers
@@ -329,3 +332,16 @@ def test_upgraded_mnist_step_lowers_to_the_linen_optax_program():
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stdout + run.stderr
   assert 'identical True' in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.slow
+def test_upgraded_mnist_default_run_reaches_95_percent(home, upgraded):
+  """The upgraded example's default run (10 epochs), FLAXLEGACY=off, on the
+  stand-in: the same 95% bar as the legacy example
+  (tests/test_examples_mnist.py)."""
+  _, up_dir = upgraded
+  run, out = _run(['train.py'], _env(home), str(up_dir))
+  assert run.returncode == 0, out[-3000:]
+  final = re.search(r'final test accuracy: ([\d.]+)%', out)
+  assert final is not None, out[-3000:]
+  assert float(final.group(1)) >= 95.0, out[-3000:]
