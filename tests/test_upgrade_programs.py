@@ -85,6 +85,15 @@ CASES = [
                              edge_x=None)
         ''', ["params = CNN().init(rng, x=node_feats, edge_x=None)"
               "['params']"]),
+    ('init_with_output', '''
+        y, params = CNN.init(rng, x)
+        ''', ["y, _variables = CNN().init_with_output(rng, x)",
+              "params = _variables['params']"]),
+    ('attribute_partial', '''
+        import models
+        m = models.CNN.partial(features=3)
+        ''', ['m = functools.partial(models.CNN, features=3)',
+              'import functools']),
     ('gradient_descent_positional', '''
         opt = optim.GradientDescent(0.5).create(model)
         ''', ['tx=optax.sgd(0.5)']),

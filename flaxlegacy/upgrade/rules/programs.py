@@ -110,8 +110,9 @@ class _Scan(cst.CSTVisitor):
     self.f = f
     self.code_of = code_of
     f.model_classes = set()  # legacy module expressions models are built of
-    f.loss_fns = set()
+    f.loss_fns = {}  # loss function name -> source of its optimizer
     self.partial_vars = {}
+    f.optdef_functions = set()
     f.per_step_lr = False
     f.optim_locals = {l for l, full in f.imports.items()
                       if full in ('flax.optim',)}
@@ -123,6 +124,28 @@ class _Scan(cst.CSTVisitor):
         and isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
         and v.func.attr.value == 'partial'):
       self.partial_vars[node.targets[0].target.value] = _class_name(v)
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and isinstance(v, cst.Call) and isinstance(v.func, cst.Name)
+        and v.func.value in self.f.partial_helpers):
+      self.partial_vars[node.targets[0].target.value] = (
+          self.f.partial_helpers[v.func.value].split('.')[-1])
+
+  def visit_FunctionDef(self, node):
+    self._fn = getattr(self, '_fn', [])
+    self._fn.append(node.name.value)
+
+  def leave_FunctionDef(self, node):
+    self._fn.pop()
+
+  def visit_Return(self, node):
+    v = node.value
+    if (getattr(self, '_fn', None) and isinstance(v, cst.Call)
+        and isinstance(v.func, (cst.Name, cst.Attribute))):
+      name = facts_lib.dotted(v.func) or ''
+      head, _, attr = name.rpartition('.')
+      if head in self.f.optim_locals and attr in OPTAX:
+        self.f.optdef_functions.add(self._fn[-1])
 
   def visit_Call(self, node):
     fn = node.func
@@ -138,7 +161,7 @@ class _Scan(cst.CSTVisitor):
       if a == 'optimize' and node.args:
         v = node.args[0].value
         if isinstance(v, cst.Name):
-          self.f.loss_fns.add(v.value)
+          self.f.loss_fns[v.value] = self.code_of(fn.value)
       if (facts_lib.legacy_attr(fn, self.f.nn_prefixes) == 'Model'
           and node.args):
         self.f.model_classes.add(_class_name(node.args[0].value))
@@ -150,7 +173,7 @@ class _Scan(cst.CSTVisitor):
       if name.split('.')[-1] in ('grad', 'value_and_grad') and fn.args:
         v = fn.args[0].value
         if isinstance(v, cst.Name):
-          self.f.loss_fns.add(v.value)
+          self.f.loss_fns[v.value] = self.code_of(node.args[0].value.value)
 
 
 def _class_name(expr):
@@ -383,8 +406,10 @@ class ProgramRewriter(cst.CSTTransformer):
       elif n in MODEL_PARAM_NAMES or (node.name.value in self.f.loss_fns
                                       and i == 0):
         self.scope.kinds[n] = MODEL
-        if opt_in_scope and node.name.value in self.f.loss_fns:
-          self.scope.state_of[n] = opt_in_scope
+        if node.name.value in self.f.loss_fns:
+          # the TrainState whose params the loss is differentiated at (read
+          # when the loss runs, after the enclosing function bound it)
+          self.scope.state_of[n] = self.f.loss_fns[node.name.value]
     return True
 
   def leave_FunctionDef(self, original_node, updated_node):
@@ -409,6 +434,11 @@ class ProgramRewriter(cst.CSTTransformer):
         and isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
         and v.func.attr.value == 'partial'
         and _class_name(v) in self.codebase.modules):
+      self.scope.modvars.add(node.targets[0].target.value)
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and isinstance(v, cst.Call) and isinstance(v.func, cst.Name)
+        and v.func.value in self.f.partial_helpers):
       self.scope.modvars.add(node.targets[0].target.value)
     targets = [t.target for t in node.targets]
     if len(targets) != 1:
@@ -472,18 +502,22 @@ class ProgramRewriter(cst.CSTTransformer):
         return None
       out = []
       collect = self._stateful[-1] if self._stateful else None
+      with_output = not (isinstance(first, cst.Name) and first.value == '_')
+      if with_output:
+        # legacy init returned (output or its shape, params)
+        init = init.replace('.init(', '.init_with_output(', 1)
+        out.append(_s(f'{self.ctx.code_of(first)}, _variables = {init}\n'))
       if collect is not None and collect[0] is None and collect[1]:
-        out.append(_s(f'_variables = {init}\n'))
+        if not with_output:
+          out.append(_s(f'_variables = {init}\n'))
         out.append(_s(f"{second} = _variables['params']\n"))
         out.append(_s(f'{collect[1]} = {{k: v for k, v in _variables.items()'
                       " if k != 'params'}\n"))
         collect[3] = True
+      elif with_output:
+        out.append(_s(f"{second} = _variables['params']\n"))
       else:
         out.append(_s(f"{second} = {init}['params']\n"))
-      if not (isinstance(first, cst.Name) and first.value == '_'):
-        self.todo(line, f'{attr}: the output (shape) of the legacy init is '
-                  'not computed by the upgrade; set from the apply output')
-        out.append(_s(f'{self.ctx.code_of(first)} = None\n'))
       self.note(line, f'{attr} -> linen init')
       return out
     # new_opt, loss[, aux] = opt.optimize(loss_fn)
@@ -531,8 +565,19 @@ class ProgramRewriter(cst.CSTTransformer):
       inputs = ', '.join(self.ctx.code_of(a.value) for a in args[1:]
                          if a.keyword is None)
       rest = [a for a in args[1:] if a.keyword is not None]
+    info = self.codebase.modules.get(_class_name(call.func.value) or '')
+    if info is None and isinstance(call.func.value, cst.Name):
+      info = self.codebase.modules.get(self.model_class or '')
+    fields = set(info.fields) if info is not None else set()
+    field_kw = [a for a in rest if a.keyword is not None
+                and a.keyword.value in fields]
+    if field_kw:
+      # hyper-parameters given at init are linen fields
+      extra = ', '.join(self._argsrc(a) for a in field_kw)
+      ctor = (ctor[:-1] + (', ' if not ctor.endswith('()') else '') + extra
+              + ')')
     kw = ''.join(', ' + self._argsrc(a) for a in rest
-                 if a.keyword is not None)
+                 if a.keyword is not None and a not in field_kw)
     return f'{ctor}.init({rng}{", " if inputs else ""}{inputs}{kw})'
 
   def _apply_gradients(self, opt, grads, extra_args):
@@ -616,7 +661,23 @@ class ProgramRewriter(cst.CSTTransformer):
     if updated is None or not isinstance(updated, cst.Call) or len(
         updated.args) != len(call.args):
       updated = call
-    args = ', '.join(self._argsrc(a) for a in updated.args)
+    fields = set()
+    info = self.codebase.modules.get(self.model_class or '')
+    if info is not None:
+      fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
+    field_args = [a for a in updated.args if a.keyword is not None
+                  and a.keyword.value in fields]
+    if field_args:
+      if not apply.endswith('.apply'):
+        # apply_fn is a bound ``module.apply``: its module, with the
+        # fields this call sets
+        apply = apply + '.__self__'
+      else:
+        apply = apply[:-len('.apply')]
+      apply = (f"{apply}.clone({', '.join(self._argsrc(a) for a in field_args)})"
+               '.apply')
+    args = ', '.join(self._argsrc(a) for a in updated.args
+                     if a not in field_args)
     extra = ''
     if self._stochastic:
       extra += f", rngs={{'dropout': {self._stochastic[-1]}}}"
@@ -661,6 +722,17 @@ class ProgramRewriter(cst.CSTTransformer):
       self.note(original_node, f'nn.{f.attr.value}() in program code -> '
                 'legacy_rng')
       return _e(f'legacy_rng.{f.attr.value}()')
+    # models.M.partial(...) at program level (rules/modules.py rewrites
+    # the bare-name form M.partial)
+    if (isinstance(f, cst.Attribute) and f.attr.value == 'partial'
+        and isinstance(f.value, cst.Attribute)
+        and f.value.attr.value in self.codebase.modules):
+      self.imports.add('import functools')
+      self.note(original_node, 'M.partial -> functools.partial')
+      return updated_node.with_changes(
+          func=_e('functools.partial'),
+          args=_clean([cst.Arg(value=updated_node.func.value)]
+                      + list(updated_node.args)))
     # optim.X(...).create(target)
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         isinstance(f.value, cst.Call)):
@@ -674,10 +746,17 @@ class ProgramRewriter(cst.CSTTransformer):
       name = self.scope.lookup('optdefs', f.value.value)
       return self._create(original_node, None, name,
                           tx=f.value.value) or updated_node
+    # make_optimizer_def(...).create(model): a definition from a function
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and len(
+        original_node.args) == 1 and self.kind_of(
+            original_node.args[0].value) == MODEL and isinstance(
+                f.value, cst.Call) and _returns_optax(self, f.value):
+      return self._create(original_node, None, 'Optimizer', tx=self.ctx.code_of(
+          updated_node.func.value)) or updated_node
     # optim.X(...) alone: the optax transformation
     name = self.is_optim(f) if isinstance(f, (cst.Name, cst.Attribute)
                                           ) else None
-    if name in OPTAX and id(original_node) in self._optdef_values:
+    if name in OPTAX:
       tx = self._tx(original_node, original_node, name)
       if tx is not None:
         self.note(original_node, f'optim.{name}(...) -> {tx.split("(")[0]}')
@@ -847,6 +926,13 @@ class ProgramRewriter(cst.CSTTransformer):
     if a == 'params' and k == MODEL:
       return updated_node.value
     return updated_node
+
+
+def _returns_optax(rw, call):
+  """Whether ``call`` calls a function of this file that returns
+  ``optim.X(...)`` the pass rewrites to optax."""
+  return (isinstance(call.func, cst.Name)
+          and call.func.value in getattr(rw.f, 'optdef_functions', ()))
 
 
 def _clean_items(items):
