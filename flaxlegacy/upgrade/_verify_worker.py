@@ -128,9 +128,9 @@ def _legacy_one(mod, spec):
   inputs = _inputs(spec['inputs'], spec['seed'])
   with nn.stateful() as state:
     with nn.stochastic(jax.random.PRNGKey(1)):
-      _, params = module.init_by_shape(
-          jax.random.PRNGKey(spec['seed']),
-          [(tuple(s), getattr(jax.numpy, d)) for s, d in spec['inputs']])
+      # init on the inputs themselves (not init_by_shape): data-dependent
+      # initialisation (weight norm) needs values.
+      _, params = module.init(jax.random.PRNGKey(spec['seed']), *inputs)
   leaves, treedef = jax.tree_util.tree_flatten(params)
   keys = jax.random.split(jax.random.PRNGKey(spec['seed'] + 7), len(leaves))
   leaves = [p + spec['perturb'] * jax.random.normal(k, p.shape, p.dtype)

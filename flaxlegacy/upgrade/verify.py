@@ -1,6 +1,7 @@
 """Numeric verification: the upgraded module against the legacy one.
 
-For one module class: initialise the legacy module (``init_by_shape`` under
+For one module class: initialise the legacy module (``init`` on the inputs,
+under
 ``nn.stateful`` / ``nn.stochastic``), perturb every parameter (``p + 0.1 *
 N(0, 1)``, so zero-initialised heads and scales do not make the comparison
 vacuous), run it; then, in a subprocess with ``FLAXLEGACY=off``, initialise

@@ -423,6 +423,10 @@ class ApplyRewriter(transform.Upgrader):
   # -- names that are not loads --
   def visit_Attribute(self, node):
     self._skip_names.add(id(node.attr))
+    if (isinstance(node.value, cst.Name) and node.value.value in self.fields
+        and node.attr.value in ('retrieve', 'store', 'as_dict')):
+      self.todo(node, f'{node.value.value!r} is a legacy nn.Collection '
+                'argument: port it to a linen variable collection by hand')
 
   def visit_Arg(self, node):
     if node.keyword is not None:
@@ -637,10 +641,11 @@ class ApplyRewriter(transform.Upgrader):
     for i, a in enumerate(args):
       k = _kw(a)
       if a.star == '**':
-        if target.kind == 'class' and target.target.var_kw:
+        if target.kind == 'class':
           bound.append(('**', a))
           continue
-        self.todo(original, 'submodule call with **kwargs')
+        self.todo(original, 'legacy layer call with **kwargs (keyword '
+                  'renames such as bias -> use_bias cannot apply)')
         return updated
       if k is None:
         if i >= len(sig):
@@ -695,8 +700,17 @@ class ApplyRewriter(transform.Upgrader):
       for k, a in bound:
         if k == 'name' or k in info.fields:
           ctor.append(a if a.keyword is not None else _arg(a.value, k))
-        elif k == '**':
+        elif k == '**' and info.var_kw:
           ctor.append(_arg(a.value, info.var_kw))
+        elif k == '**':
+          # Forwarded **kwargs go to the constructor: sound only when every
+          # call parameter of the child is passed explicitly.
+          given = {kk for kk, _ in bound}
+          if not set(info.call) <= given:
+            self.todo(original, '**kwargs forwarded to a module whose call '
+                      'parameters it may hold')
+            return updated
+          ctor.append(a)
         else:
           call_args.append(a)
       if var_kw:
