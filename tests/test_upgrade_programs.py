@@ -354,3 +354,35 @@ def test_upgraded_mnist_default_run_reaches_95_percent(home, upgraded):
   final = re.search(r'final test accuracy: ([\d.]+)%', out)
   assert final is not None, out[-3000:]
   assert float(final.group(1)) >= 95.0, out[-3000:]
+
+
+def test_upgraded_helpers_do_not_turn_the_layer_on():
+  """What upgraded programs import from flaxlegacy is plain Flax + JAX: no
+  flax.nn / flax.optim, today's PRNG and checkpoint defaults; and
+  legacy_rng numbers keys as legacy nn.make_rng did (fold_in(rng, n))."""
+  code = textwrap.dedent('''
+      import flax, jax
+      from flaxlegacy.migrate import upgraded
+      print(hasattr(flax, 'nn'), hasattr(flax, 'optim'),
+            jax.config.jax_threefry_partitionable)
+      rng = jax.random.PRNGKey(3)
+      with upgraded.stochastic(rng):
+        a, b = upgraded.make_rng(), upgraded.make_rng()
+      same = (jax.numpy.array_equal(a, jax.random.fold_in(rng, 1)) and
+              jax.numpy.array_equal(b, jax.random.fold_in(rng, 2)))
+      print('keys', bool(same), upgraded.is_stochastic())
+      try:
+        upgraded.make_rng()
+      except ValueError as e:
+        print('error', e)
+      ''')
+  env = {k: v for k, v in os.environ.items()}
+  env.update(FLAXLEGACY='off', JAX_PLATFORMS='cpu', PYTHONPATH=REPO)
+  run = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=env,
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 0, run.stderr
+  lines = run.stdout.splitlines()
+  assert lines[0] == 'False False True', run.stdout
+  assert lines[1] == 'keys True False', run.stdout
+  assert lines[2].startswith('error Use the `nn.stochastic()` context'), (
+      run.stdout)
