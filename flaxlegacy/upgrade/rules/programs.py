@@ -41,6 +41,8 @@ Anything not certain keeps its code and gets a TODO.
 """
 
 import ast
+import builtins
+import keyword
 import re
 
 import libcst as cst
@@ -113,12 +115,16 @@ class _Scan(cst.CSTVisitor):
     f.loss_fns = {}  # loss function name -> source of its optimizer
     self.partial_vars = {}
     f.optdef_functions = set()
+    f.model_builders = {}  # function -> (params, module expr src, index)
     f.per_step_lr = False
     f.optim_locals = {l for l, full in f.imports.items()
                       if full in ('flax.optim',)}
 
   def visit_Assign(self, node):
     v = node.value
+    if getattr(self, '_locals', None) and len(node.targets) == 1 and (
+        isinstance(node.targets[0].target, cst.Name)):
+      self._locals[-1][0][node.targets[0].target.value] = v
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
                                               cst.Name)
         and isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
@@ -134,12 +140,40 @@ class _Scan(cst.CSTVisitor):
   def visit_FunctionDef(self, node):
     self._fn = getattr(self, '_fn', [])
     self._fn.append(node.name.value)
+    self._locals = getattr(self, '_locals', [])
+    ps = node.params
+    self._locals.append(({}, [p.name.value for p in list(ps.posonly_params)
+                              + list(ps.params) + list(ps.kwonly_params)]))
 
   def leave_FunctionDef(self, node):
     self._fn.pop()
+    self._locals.pop()
+
+  def _model_builder(self, v):
+    """A function returning ``nn.Model(E, params)`` (alone or first in a
+    tuple): its module expression E in terms of the parameters."""
+    if len(self._fn) != 1:
+      return
+    index = None
+    if isinstance(v, cst.Tuple) and v.elements:
+      v, index = v.elements[0].value, 0
+    if not (isinstance(v, cst.Call) and facts_lib.legacy_attr(
+        v.func, self.f.nn_prefixes) == 'Model' and v.args):
+      return
+    assigns, params = self._locals[-1]
+    e = v.args[0].value
+    if isinstance(e, cst.Name) and e.value in assigns:
+      e = assigns[e.value]
+    src = self.code_of(e)
+    for name in assigns:
+      if name not in params and re.search(rf'(?<![.\w]){name}\b', src):
+        return  # depends on another local value
+    self.f.model_builders[self._fn[-1]] = (params, src, index)
 
   def visit_Return(self, node):
     v = node.value
+    if getattr(self, '_fn', None) and v is not None:
+      self._model_builder(v)
     if (getattr(self, '_fn', None) and isinstance(v, cst.Call)
         and isinstance(v.func, (cst.Name, cst.Attribute))):
       name = facts_lib.dotted(v.func) or ''
@@ -454,7 +488,9 @@ class ProgramRewriter(cst.CSTTransformer):
         self.scope.kinds[t.value] = MODEL
         self.scope.apply_of[t.value] = self.module_ctor(v.args[0].value
                                                         ) + '.apply'
-    elif isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, cst.Call):
+    if isinstance(v, cst.Call):
+      self._builder_call(t, v)
+    if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, cst.Call):
       fn = v.func
       names = [e.value.value if isinstance(e.value, cst.Name) else None
                for e in t.elements]
@@ -467,6 +503,57 @@ class ProgramRewriter(cst.CSTTransformer):
           self.kind_of(fn.value) == OPT) and names and names[0]:
         self.scope.kinds[names[0]] = OPT
     return True
+
+  def _builder_call(self, t, call):
+    """``model[, state] = create_model(args)``: the model's module, from
+    the module expression of create_model with the arguments put in."""
+    fn, prefix, builders = call.func, '', None
+    if isinstance(fn, cst.Name):
+      builders = self.f.model_builders
+      name = fn.value
+    elif isinstance(fn, cst.Attribute) and isinstance(fn.value, cst.Name):
+      mod = self.f.imports.get(fn.value.value, '')
+      for path, ff in self.codebase.files.items():
+        if path.replace('/', '.').rsplit('.py', 1)[0].endswith(mod) and mod:
+          builders = getattr(ff, 'model_builders', {})
+      prefix = fn.value.value + '.'
+      name = fn.attr.value
+    if not builders or name not in builders:
+      return
+    params, src, index = builders[name]
+    binding = {}
+    for i, a in enumerate(call.args):
+      if a.star:
+        return
+      if a.keyword is None and i < len(params):
+        binding[params[i]] = self.ctx.code_of(a.value)
+      elif a.keyword is not None:
+        binding[a.keyword.value] = self.ctx.code_of(a.value)
+
+    def sub(m):
+      word = m.group(0)
+      if word in binding:
+        return f'({binding[word]})'
+      if word in params:
+        raise KeyError(word)
+      if prefix and not keyword.iskeyword(word) and word not in dir(
+          builtins):
+        return prefix + word
+      return word
+    try:
+      expr = re.sub(r'(?<![.\w])[A-Za-z_]\w*', sub, src)
+    except KeyError:
+      return  # a parameter with its default: not rewritten
+    if index is None:
+      target = t if isinstance(t, cst.Name) else None
+    elif isinstance(t, (cst.Tuple, cst.List)) and len(t.elements) > index:
+      target = t.elements[index].value
+    else:
+      target = None
+    if not isinstance(target, cst.Name):
+      return
+    self.scope.kinds[target.value] = MODEL
+    self.scope.apply_of[target.value] = self.module_ctor(_e(expr)) + '.apply'
 
   def leave_SimpleStatementLine(self, original_node, updated_node):
     if len(updated_node.body) != 1:
