@@ -94,6 +94,12 @@ CASES = [
         m = models.CNN.partial(features=3)
         ''', ['m = functools.partial(models.CNN, features=3)',
               'import functools']),
+    ('collection_as_dict', '''
+        shapes = jax.tree_util.tree_map(jnp.shape, new_state.as_dict())
+        stats = state.model_state.as_dict()
+        cfg = config.as_dict()
+        ''', ['jax.tree_util.tree_map(jnp.shape, new_state)',
+              'stats = state.model_state\n', 'cfg = config.as_dict()']),
     ('gradient_descent_positional', '''
         opt = optim.GradientDescent(0.5).create(model)
         ''', ['tx=optax.sgd(0.5)']),

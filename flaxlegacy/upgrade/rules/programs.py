@@ -313,6 +313,7 @@ class ProgramRewriter(cst.CSTTransformer):
     self.f = ctx.facts
     self.codebase = ctx.codebase
     self.model_class = _codebase_model_class(ctx.codebase)
+    self.nn_file = bool(ctx.facts.nn_prefixes)
     self.per_step_lr = _codebase_per_step_lr(ctx.codebase)
     self.scope = Scope()
     self.imports = set()  # statements to add
@@ -820,6 +821,12 @@ class ProgramRewriter(cst.CSTTransformer):
           func=_e('functools.partial'),
           args=_clean([cst.Arg(value=updated_node.func.value)]
                       + list(updated_node.args)))
+    # state.as_dict() of a legacy nn.Collection: the state is a dict now
+    if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
+        and not original_node.args and self.nn_file
+        and _is_state_name(f.value)):
+      self.note(original_node, 'nn.Collection.as_dict() -> the dict')
+      return updated_node.func.value
     # optim.X(...).create(target)
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         isinstance(f.value, cst.Call)):
@@ -1013,6 +1020,14 @@ class ProgramRewriter(cst.CSTTransformer):
     if a == 'params' and k == MODEL:
       return updated_node.value
     return updated_node
+
+
+def _is_state_name(expr):
+  """``model_state``, ``init_state``, ``state.model_state`` ...: names the
+  legacy examples give nn.Collection values."""
+  name = expr.attr.value if isinstance(expr, cst.Attribute) else (
+      expr.value if isinstance(expr, cst.Name) else '')
+  return name == 'state' or name.endswith('_state')
 
 
 def _returns_optax(rw, call):
