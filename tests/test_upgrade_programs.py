@@ -262,7 +262,7 @@ def upgraded(tmp_path_factory):
                         str(legacy), '--out', str(root / 'up')], cwd=REPO,
                        capture_output=True, text=True, timeout=300)
   assert run.returncode == 0, run.stdout + run.stderr
-  assert ', 0 TODOs' in run.stdout, run.stdout
+  assert ', 0 TODOs' in run.stdout + run.stderr, run.stdout + run.stderr
   return legacy, root / 'up'
 
 
