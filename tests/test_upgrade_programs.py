@@ -100,6 +100,27 @@ CASES = [
         cfg = config.as_dict()
         ''', ['jax.tree_util.tree_map(jnp.shape, new_state)',
               'stats = state.model_state\n', 'cfg = config.as_dict()']),
+    ('model_from_a_builder_function', '''
+        class Net(nn.Module):
+          def apply(self, x, dtype=jnp.float32):
+            return nn.Dense(x, 3, dtype=dtype)
+
+        def create_model(key, dtype):
+          module = Net.partial(dtype=dtype)
+          with nn.stateful() as init_state:
+            _, params = module.init_by_shape(key, [((1, 4), dtype)])
+            model = nn.Model(module, params)
+          return model, init_state
+
+        def main(rng):
+          model, model_state = create_model(rng, dtype=jnp.float16)
+          grad_fn = jax.value_and_grad(loss_fn)
+          with nn.stateful(model_state) as new_state:
+            y = model(x)
+        ''', ["init_state = {k: v for k, v in _variables.items() if k != "
+              "'params'}",
+              "y, new_state = Net(dtype=(jnp.float16)).apply({'params': "
+              "model, **model_state}, x, mutable=['batch_stats'])"]),
     ('gradient_descent_positional', '''
         opt = optim.GradientDescent(0.5).create(model)
         ''', ['tx=optax.sgd(0.5)']),

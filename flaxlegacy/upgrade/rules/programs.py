@@ -114,6 +114,7 @@ class _Scan(cst.CSTVisitor):
     f.model_classes = set()  # legacy module expressions models are built of
     f.loss_fns = {}  # loss function name -> source of its optimizer
     self.partial_vars = {}
+    self.grad_fns = {}  # name -> loss function it differentiates
     f.optdef_functions = set()
     f.model_builders = {}  # function -> (params, module expr src, index)
     f.per_step_lr = False
@@ -125,6 +126,13 @@ class _Scan(cst.CSTVisitor):
     if getattr(self, '_locals', None) and len(node.targets) == 1 and (
         isinstance(node.targets[0].target, cst.Name)):
       self._locals[-1][0][node.targets[0].target.value] = v
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and isinstance(v, cst.Call) and v.args
+        and isinstance(v.args[0].value, cst.Name)
+        and (facts_lib.dotted(v.func) or '').split('.')[-1] in (
+            'grad', 'value_and_grad')):
+      self.grad_fns[node.targets[0].target.value] = v.args[0].value.value
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
                                               cst.Name)
         and isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
@@ -162,6 +170,25 @@ class _Scan(cst.CSTVisitor):
       return
     assigns, params = self._locals[-1]
     e = v.args[0].value
+    return self._record_builder(e, assigns, params, index)
+
+  def _model_builder_name(self, v):
+    """``return model[, state]`` where ``model = nn.Model(E, params)``."""
+    if len(self._fn) != 1:
+      return
+    index = None
+    if isinstance(v, cst.Tuple) and v.elements:
+      v, index = v.elements[0].value, 0
+    assigns, params = self._locals[-1]
+    if not isinstance(v, cst.Name) or v.value not in assigns:
+      return
+    m = assigns[v.value]
+    if not (isinstance(m, cst.Call) and facts_lib.legacy_attr(
+        m.func, self.f.nn_prefixes) == 'Model' and m.args):
+      return
+    self._record_builder(m.args[0].value, assigns, params, index)
+
+  def _record_builder(self, e, assigns, params, index):
     if isinstance(e, cst.Name) and e.value in assigns:
       e = assigns[e.value]
     src = self.code_of(e)
@@ -174,6 +201,7 @@ class _Scan(cst.CSTVisitor):
     v = node.value
     if getattr(self, '_fn', None) and v is not None:
       self._model_builder(v)
+      self._model_builder_name(v)
     if (getattr(self, '_fn', None) and isinstance(v, cst.Call)
         and isinstance(v.func, (cst.Name, cst.Attribute))):
       name = facts_lib.dotted(v.func) or ''
@@ -199,6 +227,12 @@ class _Scan(cst.CSTVisitor):
       if (facts_lib.legacy_attr(fn, self.f.nn_prefixes) == 'Model'
           and node.args):
         self.f.model_classes.add(_class_name(node.args[0].value))
+    # grad_fn = jax.value_and_grad(f, ...) ... grad_fn(x.target)
+    if (isinstance(fn, cst.Name) and fn.value in self.grad_fns and node.args
+        and isinstance(node.args[0].value, cst.Attribute)
+        and node.args[0].value.attr.value == 'target'):
+      self.f.loss_fns[self.grad_fns[fn.value]] = self.code_of(
+          node.args[0].value.value)
     # jax.grad(f)(x.target) / jax.value_and_grad(f, ...)(x.target)
     if (isinstance(fn, cst.Call) and node.args
         and isinstance(node.args[0].value, cst.Attribute)
@@ -542,7 +576,8 @@ class ProgramRewriter(cst.CSTTransformer):
         return prefix + word
       return word
     try:
-      expr = re.sub(r'(?<![.\w])[A-Za-z_]\w*', sub, src)
+      expr = re.sub(r'(?<![.\w])[A-Za-z_]\w*(?!\w)(?!\s*=(?!=))', sub,
+                    src)
     except KeyError:
       return  # a parameter with its default: not rewritten
     if index is None:
