@@ -331,3 +331,9 @@ def test_corpus_idempotent_and_compiles(corpus, tmp_path):
   buf = io.StringIO()
   status, _ = api.upgrade_paths([str(out)], diff=True, stdout=buf)
   assert (status, buf.getvalue()) == (0, '')
+
+
+def test_cli_verify_needs_out(tmp_path):
+  src = _tree(tmp_path)
+  p = _cli(str(src), '--diff', '--verify')
+  assert p.returncode == 2 and '--verify needs --out' in p.stderr
