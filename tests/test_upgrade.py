@@ -337,3 +337,20 @@ def test_cli_verify_needs_out(tmp_path):
   src = _tree(tmp_path)
   p = _cli(str(src), '--diff', '--verify')
   assert p.returncode == 2 and '--verify needs --out' in p.stderr
+
+
+def test_split_follows_child_call_parameters():
+  """A parameter handed on as a child's call parameter is a call parameter."""
+  out, report = upgrade_source(textwrap.dedent('''
+      from flax import nn
+      class Dec(nn.Module):
+        def apply(self, encoded, targets, size=3):
+          return nn.Dense(targets, size) + encoded.mean()
+      class Net(nn.Module):
+        def apply(self, inputs, targets, size=3):
+          return Dec(inputs, targets=targets, size=size)
+      '''))
+  splits = {m['class']: (m['fields'], m['call']) for m in report.modules}
+  assert splits == {'Dec': (['size'], ['encoded', 'targets']),
+                    'Net': (['size'], ['inputs', 'targets'])}
+  assert 'Dec(size=self.size)(inputs, targets=targets)' in out
