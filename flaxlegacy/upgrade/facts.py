@@ -17,7 +17,8 @@ The split (recorded in upgrade.json):
   * otherwise a parameter used as an array -- ``p.shape`` / ``.ndim`` /
     ``.dtype`` / ``.reshape`` / ``.astype`` / ``.T``, ``p[...]``, or passed
     as the first positional argument of a call (a layer, a module, a
-    ``jnp`` function) -- is a call parameter;
+    ``jnp`` function) -- is a call parameter, and so is one passed on to a
+    child module as one of the child's call parameters (to a fixpoint);
   * everything else (sizes, flags, dtypes, initialisers, config) is a field.
   ``**kwargs`` becomes a dict field of the same name (``var_kw``).
 """
