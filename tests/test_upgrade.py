@@ -294,3 +294,65 @@ def test_cli_bad_arguments(tmp_path):
   assert p.returncode == 2 and 'lies inside SRC' in p.stderr
   p = _cli(str(src))
   assert p.returncode == 2 and 'one of the arguments' in p.stderr
+
+
+def test_dotted_flax_nn_prefix():
+  out = up('''
+      import flax
+      class M(flax.nn.Module):
+        def apply(self, x):
+          return flax.nn.Dense(x, 3, name='d')
+      f = flax.nn.Dense.partial(features=2)
+      ''')
+  assert 'class M(flax.linen.Module):' in out
+  assert "flax.linen.Dense(3, name='d')(x)" in out
+  assert 'functools.partial(flax.linen.Dense, features=2)' in out
+  assert 'flax.nn' not in out
+  assert upgrade_source(out)[0] == out
+
+
+def _corpora():
+  yield os.path.join(ROOT, 'examples')
+  from tests import conformance  # pylint: disable=g-import-not-at-top
+  shared = conformance.shared_dir()
+  if shared is not None:
+    yield os.path.join(shared, 'conformance')
+
+
+@pytest.mark.parametrize('corpus', list(_corpora()),
+                         ids=lambda p: os.path.basename(p))
+def test_corpus_idempotent_and_compiles(corpus, tmp_path):
+  """A second run over the upgraded examples / generators changes nothing."""
+  import io  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade import api  # pylint: disable=g-import-not-at-top
+  out = tmp_path / 'once'
+  status, report = api.upgrade_paths([corpus], out=str(out))
+  assert status == 0 and report['summary']['modules_rewritten'] >= 3
+  for path in out.rglob('*.py'):
+    compile(path.read_text(), str(path), 'exec')
+  buf = io.StringIO()
+  status, _ = api.upgrade_paths([str(out)], diff=True, stdout=buf)
+  assert (status, buf.getvalue()) == (0, '')
+
+
+def test_cli_verify_needs_out(tmp_path):
+  src = _tree(tmp_path)
+  p = _cli(str(src), '--diff', '--verify')
+  assert p.returncode == 2 and '--verify needs --out' in p.stderr
+
+
+def test_split_follows_child_call_parameters():
+  """A parameter handed on as a child's call parameter is a call parameter."""
+  out, report = upgrade_source(textwrap.dedent('''
+      from flax import nn
+      class Dec(nn.Module):
+        def apply(self, encoded, targets, size=3):
+          return nn.Dense(targets, size) + encoded.mean()
+      class Net(nn.Module):
+        def apply(self, inputs, targets, size=3):
+          return Dec(inputs, targets=targets, size=size)
+      '''))
+  splits = {m['class']: (m['fields'], m['call']) for m in report.modules}
+  assert splits == {'Dec': (['size'], ['encoded', 'targets']),
+                    'Net': (['size'], ['inputs', 'targets'])}
+  assert 'Dec(size=self.size)(inputs, targets=targets)' in out

@@ -102,3 +102,11 @@ def test_legacy_examples_never_silent(upgraded):
     if f['left']:
       text = (out / rel).read_text()
       assert 'TODO(flaxlegacy upgrade)' in text, rel
+
+
+def test_legacy_examples_idempotent(upgraded):
+  import io  # pylint: disable=g-import-not-at-top
+  _, _, out, _ = upgraded
+  buf = io.StringIO()
+  status, _ = api.upgrade_paths([str(out)], diff=True, stdout=buf)
+  assert (status, buf.getvalue()) == (0, '')

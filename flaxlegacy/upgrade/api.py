@@ -1,8 +1,10 @@
 """Codebase-level driver: files in, rewritten files + report out."""
 
 import difflib
+import multiprocessing
 import os
 import shutil
+import sys
 
 import libcst as cst
 
@@ -88,6 +90,43 @@ def upgrade_source(code, path='<source>'):
   return new, sf.report
 
 
+_FORKED = {}  # what forked workers read (inherited, not pickled)
+
+
+def _transform_one(index):
+  sf = _FORKED['files'][index]
+  code = transform.upgrade_module(sf.rel, sf.module, _FORKED['codebase'],
+                                  sf.report, sf.statement_texts)
+  return code, sf.report
+
+
+def _transform_all(files, codebase):
+  """Rewrites every parsed file; in 2+ forked processes for big codebases.
+
+  Forking is used only where it is safe and pays: the platform forks, JAX
+  is not loaded in this process (its threads do not survive a fork), and
+  there are enough files.
+  """
+  todo = [i for i, sf in enumerate(files) if sf.module is not None]
+  workers = min(os.cpu_count() or 1, 4)
+  if (len(todo) >= 16 and workers > 1 and 'jax' not in sys.modules
+      and 'fork' in multiprocessing.get_all_start_methods()):
+    _FORKED.update(files=files, codebase=codebase)
+    try:
+      ctx = multiprocessing.get_context('fork')
+      with ctx.Pool(workers) as pool:
+        for i, (code, rep) in zip(todo, pool.map(_transform_one, todo,
+                                                 chunksize=4)):
+          files[i].new_code, files[i].report = code, rep
+      return
+    finally:
+      _FORKED.clear()
+  for i in todo:
+    sf = files[i]
+    sf.new_code = transform.upgrade_module(sf.rel, sf.module, codebase,
+                                           sf.report, sf.statement_texts)
+
+
 def _distinct_rel(files):
   """Several SRC roots: prefix with the root's basename if names clash."""
   rels = [sf.rel for sf in files]
@@ -132,11 +171,7 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
         sf.error = f'{sf.path}:{e.lineno}:{e.offset}: syntax error: {e.msg}'
         sf.report.error = sf.error
   codebase = _analyse(files)
-  for sf in files:
-    if sf.module is None:
-      continue
-    sf.new_code = transform.upgrade_module(sf.rel, sf.module, codebase,
-                                           sf.report, sf.statement_texts)
+  _transform_all(files, codebase)
   changed = [sf for sf in files if sf.new_code is not None
              and sf.new_code != sf.code]
   report = report_lib.build(files, codebase)

@@ -24,6 +24,10 @@ def add_arguments(parser):
 
 
 def run(args):
+  if args.verify and not args.out:
+    sys.stderr.write('flaxlegacy upgrade: --verify needs --out (it compares '
+                     'the legacy SRC with the upgraded DST)\n')
+    return 2
   try:
     status, report = api.upgrade_paths(
         args.src, out=args.out, in_place=args.in_place, diff=args.diff,

@@ -17,7 +17,8 @@ The split (recorded in upgrade.json):
   * otherwise a parameter used as an array -- ``p.shape`` / ``.ndim`` /
     ``.dtype`` / ``.reshape`` / ``.astype`` / ``.T``, ``p[...]``, or passed
     as the first positional argument of a call (a layer, a module, a
-    ``jnp`` function) -- is a call parameter;
+    ``jnp`` function) -- is a call parameter, and so is one passed on to a
+    child module as one of the child's call parameters (to a fixpoint);
   * everything else (sizes, flags, dtypes, initialisers, config) is a field.
   ``**kwargs`` becomes a dict field of the same name (``var_kw``).
 """
@@ -52,6 +53,9 @@ class ModuleInfo:
   var_pos: Optional[str] = None
   base: str = 'Module'  # 'Module', a legacy layer name, or another class
   array_params: set = dataclasses.field(default_factory=set)
+  # calls of possible child modules: (callee name, [positional param or
+  # None], {keyword: param}) where the arguments are parameters of ours
+  child_calls: list = dataclasses.field(default_factory=list)
   fields: List[str] = dataclasses.field(default_factory=list)
   call: List[str] = dataclasses.field(default_factory=list)
   problems: List[str] = dataclasses.field(default_factory=list)
@@ -213,6 +217,7 @@ class _FileVisitor(cst.CSTVisitor):
     usage = _UsageVisitor(set(info.params))
     fn.body.visit(usage)
     info.array_params = usage.array
+    info.child_calls = usage.child_calls
     return info
 
   # -- partial kwargs and init_by_shape --
@@ -307,6 +312,7 @@ class _UsageVisitor(cst.CSTVisitor):
   def __init__(self, params):
     self.params = params
     self.array = set()
+    self.child_calls = []
 
   def visit_Attribute(self, node):
     if (isinstance(node.value, cst.Name) and node.value.value in self.params
@@ -319,6 +325,20 @@ class _UsageVisitor(cst.CSTVisitor):
 
   def visit_Call(self, node):
     name = dotted(node.func)
+    if isinstance(node.func, cst.Name):
+      pos, kw = [], {}
+      for a in node.args:
+        v = a.value
+        p = v.value if isinstance(v, cst.Name) and v.value in self.params \
+            else None
+        if a.star:
+          continue
+        if a.keyword is None:
+          pos.append(p)
+        elif p is not None:
+          kw[a.keyword.value] = p
+      if any(pos) or kw:
+        self.child_calls.append((node.func.value, pos, kw))
     if name in NOT_ARRAY_CALLS:
       return
     if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
@@ -364,6 +384,32 @@ class CodebaseFacts:
           info.call.append(p)
         else:
           info.fields.append(p)
+    # A parameter passed on as a call parameter of a child module is one too
+    # (``Decoder(targets=targets)``); repeat until nothing moves.
+    changed = True
+    while changed:
+      changed = False
+      for info in infos:
+        facts = self.files.get(info.file)
+        for callee, pos, kw in info.child_calls:
+          child = self.module(facts, callee) if facts else None
+          if child is None or child is info:
+            continue
+          moved = set()
+          for i, p in enumerate(pos):
+            if p and i < len(child.params) and child.params[i] in child.call:
+              moved.add(p)
+          for k, p in kw.items():
+            if k in child.call:
+              moved.add(p)
+          for p in moved:
+            if p in info.fields and p not in self.partial_kwargs.get(
+                info.name, ()):
+              info.fields.remove(p)
+              info.call.append(p)
+              changed = True
+      for info in infos:  # keep the legacy order
+        info.call.sort(key=info.params.index)
     # A class whose base is another legacy class inherits its split.
     return self
 

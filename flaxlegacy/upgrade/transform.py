@@ -131,6 +131,10 @@ class Upgrader(cst.CSTTransformer):
   def leave_Attribute(self, original_node, updated_node):
     if self._in_import:
       return updated_node
+    full = facts_lib.dotted(original_node)
+    if full in facts_lib.LEGACY_NN_MODULES and full in self.ctx.facts.nn_prefixes:
+      # ``import flax`` ... ``flax.nn.Dense``: the linen module, spelled out
+      return jax_names.expr('flax.linen')
     q = jax_names.qualify(original_node, self.ctx.facts.imports)
     if q in jax_names.RENAMES:
       self.rewrote(original_node, 'jax_names', f'{q} -> '

@@ -927,8 +927,12 @@ def convert_class(up, node, info):
   up.rewrote(node, 'module_class', f'class {info.name}: apply -> fields '
              f'{info.fields} + __call__{tuple(info.call)}')
   up.ctx.report.modules.append(info.report())
-  new = node.with_changes(body=node.body.with_changes(body=new_body))
-  return _retodo(up, new)
+  bases = [b.with_changes(value=_expr('flax.linen.Module'))
+           if facts_lib.dotted(b.value) in ('flax.nn.Module',
+                                            'flax.deprecated.nn.Module')
+           else b for b in node.bases]
+  return node.with_changes(bases=bases,
+                           body=node.body.with_changes(body=new_body))
 
 
 def convert_function(up, node, info):
@@ -959,6 +963,3 @@ def convert_function(up, node, info):
   up.ctx.report.modules.append(info.report())
   return cls
 
-
-def _retodo(up, node):
-  return node
