@@ -94,6 +94,7 @@ setup(
         'numpy>=1.26',
         'absl-py>=2.1',
         'msgpack>=1.0',
+        'libcst>=1.0',
     ],
     extras_require={
         'examples': [

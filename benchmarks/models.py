@@ -298,10 +298,39 @@ def make_batch(batch_size, image_shape, num_classes=10, seed=0):
   }
 
 
+def upgraded_cnn_namespace():
+  """The legacy CNN program above (model, optimizer, step) after
+  ``flaxlegacy upgrade``, executed: its names, plain linen + optax."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade import upgrade_source  # pylint: disable=g-import-not-at-top
+  src = '\n'.join([
+      'from flax import nn', 'from flax import optim', 'import jax',
+      'import jax.numpy as jnp',
+      f'LEARNING_RATE = {LEARNING_RATE!r}', f'BETA = {BETA!r}',
+      inspect.getsource(LegacyCNN), inspect.getsource(cross_entropy),
+      inspect.getsource(legacy_train_step),
+      inspect.getsource(legacy_optimizer),
+      'def build(key):',
+      '  _, params = LegacyCNN.init_by_shape(key, '
+      '[((1, 28, 28, 1), jnp.float32)])',
+      '  return legacy_optimizer(nn.Model(LegacyCNN, params))', ''])
+  code, report = upgrade_source(src, '<benchmarks legacy CNN>')
+  if report.left:
+    raise RuntimeError(f'flaxlegacy upgrade left TODOs: {report.left}')
+  namespace = {'__name__': 'upgraded_cnn'}
+  exec(compile(code, '<upgraded CNN>', 'exec'), namespace)  # pylint: disable=exec-used
+  namespace['__source__'] = code
+  return namespace
+
+
 def build_cnn(variant, batch_size, key=None):
-  """(jitted step, state args) for the MNIST CNN, legacy or linen."""
+  """(jitted step, state args) for the MNIST CNN: legacy, linen, or
+  ``upgraded`` (the legacy program after ``flaxlegacy upgrade``)."""
   key = jax.random.PRNGKey(0) if key is None else key
   batch = make_batch(batch_size, (28, 28, 1))
+  if variant == 'upgraded':
+    ns = upgraded_cnn_namespace()
+    return jax.jit(ns['legacy_train_step']), (ns['build'](key),), batch
   if variant == 'legacy':
     _, params = LegacyCNN.init_by_shape(key, [((1, 28, 28, 1), jnp.float32)])
     optimizer = legacy_optimizer(nn.Model(LegacyCNN, params))

@@ -270,6 +270,14 @@ def bench_programs(cfg):
       programs_[variant] = (lowered, lowered.compile())
     rows.append(programs.compare(model, programs_['legacy'],
                                  programs_['linen']))
+    if model == 'cnn':
+      # The legacy program after `flaxlegacy upgrade` (in the legacy
+      # column) against the hand-written linen + optax step.
+      step, state, batch = build('upgraded')
+      fn, args = models.flat_step('upgraded', step, state, batch)
+      lowered = jax.jit(fn).lower(*args)
+      rows.append(programs.compare('cnn:upgraded', (
+          lowered, lowered.compile()), programs_['linen']))
   return rows
 
 

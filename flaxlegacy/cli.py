@@ -1,4 +1,5 @@
-"""The ``flaxlegacy`` command: ``run``, ``check``, ``convert``, ``data``.
+"""The ``flaxlegacy`` command: ``run``, ``check``, ``convert``, ``data``,
+``upgrade``.
 
 Each subcommand lives in the module that implements it and registers itself
 in ``SUBCOMMANDS`` below as ``name -> (module, help)``; the module provides
@@ -22,6 +23,8 @@ SUBCOMMANDS = {
                 'into one that today\'s flax/orbax restores as a TrainState'),
     'data': ('flaxlegacy.datasets.cli', 'prepare datasets (MNIST) offline '
              'for unchanged tfds.load calls'),
+    'upgrade': ('flaxlegacy.upgrade.cli', 'rewrite legacy flax.nn modules as '
+                'linen source with the same parameters and numbers'),
 }
 
 

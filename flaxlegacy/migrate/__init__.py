@@ -9,6 +9,9 @@
 * ``convert_checkpoint`` / ``flaxlegacy convert CKPT OUT``: a legacy
   checkpoint as a TrainState checkpoint (convert.py).
 * ``flaxlegacy check PATH``: the scanner (check.py).
+* ``verify_upgrade(...)``: an upgraded (``flaxlegacy upgrade``) module class
+  against its legacy original, on the same perturbed parameters
+  (flaxlegacy/upgrade/verify.py).
 
 The walk-through is docs/migration.md.  Attributes load lazily, so
 ``flaxlegacy check`` does not import JAX.
@@ -32,6 +35,7 @@ _EXPORTS = {
     'modern_optax': 'convert',
     'transplant_state': 'convert',
     'ConversionError': 'convert',
+    'verify_upgrade': '_upgrade',
 }
 
 __all__ = sorted(_EXPORTS)
@@ -39,7 +43,11 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name):
   if name in _EXPORTS:
-    module = importlib.import_module(f'flaxlegacy.migrate.{_EXPORTS[name]}')
+    module = importlib.import_module(
+        'flaxlegacy.upgrade.verify' if _EXPORTS[name] == '_upgrade' else
+        f'flaxlegacy.migrate.{_EXPORTS[name]}')
+    if name == 'verify_upgrade':
+      return module.verify_module
     return getattr(module, name)
   raise AttributeError(f"module 'flaxlegacy.migrate' has no attribute "
                        f'{name!r}')

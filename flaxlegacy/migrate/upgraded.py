@@ -1,0 +1,200 @@
+"""What a program rewritten by ``flaxlegacy upgrade`` imports from flaxlegacy.
+
+Plain linen + optax + flax serialization only: importing this module does
+not activate the compatibility layer (no ``flax.nn``, no legacy PRNG or
+checkpoint policy), so the upgraded program runs with ``FLAXLEGACY=off``.
+
+``restore_checkpoint(ckpt_dir, target, ...)`` is
+``flax.training.checkpoints.restore_checkpoint`` that also reads a
+checkpoint the legacy program wrote before the upgrade: a legacy
+``Optimizer`` (``{'target', 'state'}``, alone or inside a container) is
+converted at load into the ``TrainState`` at the same place of ``target``,
+with the mapping of docs/migration.md (``flaxlegacy convert``):
+
+==========================================  =================================
+legacy                                      TrainState
+==========================================  =================================
+``target/params/...`` (nn.Model)            ``params/...`` (names kept: the
+                                            upgrade keeps legacy auto-names)
+``state/step``                              ``step`` and every optax
+                                            ``count``
+``state/param_states/.../momentum``         ``trace`` (optax.sgd momentum)
+``.../grad_ema``, ``.../grad_sq_ema``       ``mu``, ``nu`` (optax.adam)
+``.../G``                                   ``sum_of_squares`` (adagrad)
+``model_state`` (``'/a/b' -> {mean,var}``)  ``{'batch_stats': {a: {b: ..}}}``
+==========================================  =================================
+"""
+
+from flax import serialization
+from flax.training import checkpoints as _checkpoints
+
+# optax state field -> legacy per-parameter state field
+_FIELDS = {'trace': 'momentum', 'mu': 'grad_ema', 'nu': 'grad_sq_ema',
+           'sum_of_squares': 'G'}
+
+
+class LegacyCheckpointError(ValueError):
+  """A legacy checkpoint that does not fit the upgraded program's state."""
+
+
+def _is_optimizer(d):
+  return (isinstance(d, dict) and set(d) == {'target', 'state'}
+          and isinstance(d['state'], dict) and 'param_states' in d['state'])
+
+
+def _find(tree, path=()):
+  if _is_optimizer(tree):
+    return [path]
+  out = []
+  if isinstance(tree, dict):
+    for k, v in tree.items():
+      out += _find(v, path + (k,))
+  return out
+
+
+def _field(param_states, field, like):
+  """The tree of one per-parameter field, shaped like ``like``."""
+  if isinstance(like, dict):
+    if not isinstance(param_states, dict):
+      raise LegacyCheckpointError('the optimizer state does not follow the '
+                                  'parameter tree')
+    missing = [k for k in like if k not in param_states]
+    if missing:
+      raise LegacyCheckpointError(
+          f'the legacy optimizer state lacks parameters {missing}')
+    return {k: _field(param_states[k], field, v) for k, v in like.items()}
+  if not isinstance(param_states, dict) or field not in param_states:
+    raise LegacyCheckpointError(
+        f'the legacy optimizer has no per-parameter {field!r}: it does not '
+        'match the upgraded optimizer (fields '
+        f'{sorted(param_states) if isinstance(param_states, dict) else "?"})')
+  return param_states[field]
+
+
+def _opt_state(template, param_states, step):
+  """Fills an optax state dict (``to_state_dict`` of ``opt_state``)."""
+  if isinstance(template, dict):
+    out = {}
+    for k, v in template.items():
+      if k in _FIELDS and isinstance(v, dict):
+        out[k] = _field(param_states, _FIELDS[k], v)
+      elif k == 'count':
+        out[k] = step
+      elif k in ('hyperparams', 'hyperparams_states'):
+        out[k] = v
+      else:
+        out[k] = _opt_state(v, param_states, step)
+    return out
+  return template
+
+
+def _collection(flat):
+  tree = {}
+  for path, value in sorted(flat.items()):
+    node = tree
+    for part in (p for p in path.split('/') if p):
+      node = node.setdefault(part, {})
+    node.update(value)
+  return tree
+
+
+def _is_collection(d):
+  return (isinstance(d, dict) and d and all(
+      isinstance(k, str) and k.startswith('/') for k in d))
+
+
+def convert_state_dict(raw, target):
+  """A legacy checkpoint's state dict in the layout of ``target``."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  template = serialization.to_state_dict(target)
+  raw = dict(raw)
+  for path in _find(raw):
+    node, tnode = raw, template
+    for k in path[:-1]:
+      node, tnode = node[k], tnode[k]
+    opt = node[path[-1]] if path else raw
+    ts = tnode[path[-1]] if path else template
+    if not isinstance(ts, dict) or not {'step', 'params', 'opt_state'} <= set(
+        ts):
+      raise LegacyCheckpointError(
+          'the checkpoint holds a legacy Optimizer at '
+          f'{"/".join(path) or "<top>"} but the state restored into has no '
+          'TrainState there')
+    params = opt['target']
+    param_states = opt['state']['param_states']
+    if isinstance(params, dict) and set(params) == {'params'}:
+      params, param_states = params['params'], param_states['params']
+    step = np.asarray(opt['state']['step'], np.int32)
+    new = dict(ts, params=params, step=int(step),
+               opt_state=_opt_state(ts['opt_state'], param_states, step))
+    if path:
+      node[path[-1]] = new
+    else:
+      raw = new
+  # legacy container fields: nn.Collection model state -> batch_stats dict
+  if isinstance(raw, dict) and isinstance(template, dict):
+    for k, v in list(raw.items()):
+      t = template.get(k)
+      if _is_collection(v) and isinstance(t, dict) and 'batch_stats' in t:
+        raw[k] = {'batch_stats': _collection(v)}
+  return raw
+
+
+def restore_checkpoint(ckpt_dir, target, step=None, prefix='checkpoint_',
+                       parallel=True):
+  """``flax.training.checkpoints.restore_checkpoint``, legacy layout too."""
+  raw = _checkpoints.restore_checkpoint(ckpt_dir, None, step=step,
+                                        prefix=prefix, parallel=parallel)
+  if raw is None:
+    return target
+  if _find(raw):
+    raw = convert_state_dict(raw, target)
+  return serialization.from_state_dict(target, raw)
+
+
+# --- nn.stochastic / nn.make_rng at program level --------------------------
+#
+# ``flaxlegacy upgrade`` passes ``rngs={'dropout': rng}`` to the model calls
+# it sees inside a ``with nn.stochastic(rng):`` block; keys that program
+# code itself draws with ``nn.make_rng()`` (possibly in a function called
+# from the block) come from these two plain-JAX functions, with legacy's
+# numbering: the n-th key of a block is ``fold_in(rng, n)``, n = 1, 2, ...
+
+_FRAMES = []
+
+
+class _Frame:
+
+  def __init__(self, rng):
+    self.rng = rng
+    self.count = 0
+
+
+class stochastic:  # pylint: disable=invalid-name
+  """``with stochastic(rng):`` -- a block in which ``make_rng()`` draws."""
+
+  def __init__(self, rng):
+    self._frame = _Frame(rng)
+
+  def __enter__(self):
+    _FRAMES.append(self._frame)
+    return self._frame
+
+  def __exit__(self, *exc):
+    _FRAMES.remove(self._frame)
+    return False
+
+
+def is_stochastic():
+  return bool(_FRAMES)
+
+
+def make_rng():
+  """The next key of the innermost ``stochastic`` block."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if not _FRAMES:
+    raise ValueError('Use the `nn.stochastic()` context manager to enable '
+                     'stochastic computations.')
+  frame = _FRAMES[-1]
+  frame.count += 1
+  return jax.random.fold_in(frame.rng, frame.count)

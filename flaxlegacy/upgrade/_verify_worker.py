@@ -1,0 +1,255 @@
+"""One side of a numeric verification, run in its own process.
+
+``python -m flaxlegacy.upgrade._verify_worker legacy SPEC OUT`` initialises the
+legacy module (legacy API active), perturbs its parameters, runs it and
+pickles parameters, state, inputs and outputs to OUT.
+``python -m flaxlegacy.upgrade._verify_worker linen SPEC OUT`` (run with
+``FLAXLEGACY=off``) loads that pickle, runs the upgraded module on the same
+parameters and inputs, and writes the comparison as JSON to OUT.
+"""
+
+import importlib.util
+import json
+import os
+import pickle
+import sys
+
+
+def _load(path, name):
+  sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+  spec = importlib.util.spec_from_file_location(name, path)
+  module = importlib.util.module_from_spec(spec)
+  sys.modules[name] = module
+  spec.loader.exec_module(module)
+  return module
+
+
+def _load_statements(path, name):
+  """Runs the file's top-level statements one by one, skipping failures.
+
+  The upgraded file's program-level code (optimizers, nn.Model, Collection
+  annotations: issue 15) may still name legacy API; module verification
+  needs only the module classes and what they use.  Returns (module,
+  [(line, error)] of the statements skipped).
+  """
+  import ast  # pylint: disable=g-import-not-at-top
+  import types  # pylint: disable=g-import-not-at-top
+  sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+  module = types.ModuleType(name)
+  module.__file__ = path
+  sys.modules[name] = module
+  with open(path, encoding='utf-8') as f:
+    tree = ast.parse(f.read(), path)
+  skipped = []
+  for stmt in tree.body:
+    code = compile(ast.Module(body=[stmt], type_ignores=[]), path, 'exec')
+    try:
+      exec(code, module.__dict__)  # pylint: disable=exec-used
+    except Exception as e:  # pylint: disable=broad-except
+      skipped.append((stmt.lineno, f'{type(e).__name__}: {e}'))
+  return module, skipped
+
+
+def _tuples(value):
+  """JSON lists back to the tuples legacy code compares against."""
+  if isinstance(value, list):
+    return tuple(_tuples(v) for v in value)
+  if isinstance(value, dict):
+    return {k: _tuples(v) for k, v in value.items()}
+  return value
+
+
+def _inputs(specs, seed):
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rng = np.random.RandomState(seed)
+  out = []
+  for shape, dtype in specs:
+    if 'int' in dtype:
+      out.append(rng.randint(0, 3, size=shape).astype(dtype))
+    else:
+      out.append(rng.normal(size=shape).astype(dtype))
+  del jax
+  return out
+
+
+def _np(tree):
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return jax.tree_util.tree_map(np.asarray, tree)
+
+
+class _ProgramLevelStub:
+  """Stands in for ``flax.optim`` ... that program code (issue 15) imports.
+
+  Module verification loads the whole upgraded file; its program-level
+  code may still name legacy APIs the module rewrite does not cover.  Any
+  use of the stub raises, so a module that needs it fails verification.
+  """
+
+  def __init__(self, name):
+    self._name = name
+
+  def __getattr__(self, attr):
+    raise ImportError(f'{self._name}.{attr} is legacy program-level API')
+
+
+def _stub_program_level():
+  import flax  # pylint: disable=g-import-not-at-top
+  stubbed = []
+  for name in ('optim',):
+    if not hasattr(flax, name):
+      stub = _ProgramLevelStub('flax.' + name)
+      setattr(flax, name, stub)
+      sys.modules['flax.' + name] = stub
+      stubbed.append('flax.' + name)
+  return stubbed
+
+
+def legacy(spec, out):
+  import flaxlegacy  # pylint: disable=g-import-not-at-top
+  flaxlegacy.activate()
+  mod = _load(spec['legacy_file'], '_legacy_under_test')
+  results = []
+  for check in spec['checks']:
+    try:
+      results.append(_legacy_one(mod, check))
+    except Exception as e:  # pylint: disable=broad-except
+      results.append({'error': f'{type(e).__name__}: {e}'})
+  with open(out, 'wb') as fh:
+    pickle.dump(results, fh)
+
+
+def _legacy_one(mod, spec):
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import nn  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.migrate import names  # pylint: disable=g-import-not-at-top
+  module = getattr(mod, spec['class']).partial(**_tuples(spec['hyper']))
+  inputs = _inputs(spec['inputs'], spec['seed'])
+  with nn.stateful() as state:
+    with nn.stochastic(jax.random.PRNGKey(1)):
+      # init on the inputs themselves (not init_by_shape): data-dependent
+      # initialisation (weight norm) needs values.
+      _, params = module.init(jax.random.PRNGKey(spec['seed']), *inputs)
+  leaves, treedef = jax.tree_util.tree_flatten(params)
+  keys = jax.random.split(jax.random.PRNGKey(spec['seed'] + 7), len(leaves))
+  leaves = [p + spec['perturb'] * jax.random.normal(k, p.shape, p.dtype)
+            for p, k in zip(leaves, keys)]
+  params = jax.tree_util.tree_unflatten(treedef, leaves)
+  with nn.stateful(state) as new_state:
+    with nn.stochastic(jax.random.PRNGKey(2)):
+      outputs = module.call(params, *inputs)
+  return {
+      'params': _np(params),
+      'state': _np(names.batch_stats_from_collection(state)),
+      'new_state': _np(names.batch_stats_from_collection(new_state)),
+      'inputs': inputs,
+      'outputs': _np(outputs),
+  }
+
+
+def _drop_empty(tree):
+  if isinstance(tree, dict):
+    out = {k: _drop_empty(v) for k, v in tree.items()}
+    return {k: v for k, v in out.items() if not (isinstance(v, dict)
+                                                 and not v)}
+  return tree
+
+
+def _shapes(tree):
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.tree_util.tree_map(lambda a: list(a.shape), _drop_empty(tree))
+
+
+def linen(spec, legacy_out, out):
+  with open(legacy_out, 'rb') as fh:
+    refs = pickle.load(fh)
+  stubbed = _stub_program_level()
+  mod, skipped = _load_statements(spec['upgraded_file'],
+                                  '_upgraded_under_test')
+  legacy_loaded = sorted(m for m in sys.modules if m.startswith(
+      ('flax.nn', 'flax.optim', 'flax.deprecated', 'flaxlegacy.nn',
+       'flaxlegacy.optim')) and m not in stubbed)
+  results = []
+  for check, ref in zip(spec['checks'], refs):
+    if 'error' in ref:
+      results.append({'error': 'legacy side: ' + ref['error']})
+      continue
+    try:
+      r = _linen_one(mod, check, ref)
+    except Exception as e:  # pylint: disable=broad-except
+      r = {'error': f'upgraded side: {type(e).__name__}: {e}'}
+    r.update({'legacy_imported': legacy_loaded,
+              'program_level_stubbed': stubbed,
+              'skipped_statements': skipped})
+    results.append(r)
+  with open(out, 'w') as fh:
+    json.dump(results, fh)
+
+
+def _linen_one(mod, spec, ref):
+  import jax  # pylint: disable=g-import-not-at-top
+  from flax import core  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  hyper = _tuples(spec['hyper'])
+  fields = {k: v for k, v in hyper.items() if k in spec['fields']}
+  call = {k: v for k, v in hyper.items() if k in spec['call']}
+  extra = {k: v for k, v in hyper.items()
+           if k not in spec['fields'] and k not in spec['call']}
+  if extra and spec.get('var_kw'):
+    fields[spec['var_kw']] = extra
+  elif extra:
+    raise TypeError(f'hyper-parameters {sorted(extra)} are neither fields nor '
+                    'call parameters of the upgraded module')
+  module = getattr(mod, spec['class'])(**fields)
+  inputs = ref['inputs']
+  rngs = {'params': jax.random.PRNGKey(0), 'dropout': jax.random.PRNGKey(1)}
+  init_vars = core.unfreeze(module.init(rngs, *inputs, **call))
+  tree_ok = _shapes(init_vars.get('params', {})) == _shapes(ref['params'])
+  variables = {'params': ref['params']}
+  if ref['state']:
+    variables['batch_stats'] = ref['state']
+  outputs, new_vars = module.apply(
+      variables, *inputs, **call, mutable=['batch_stats'],
+      rngs={'dropout': jax.random.PRNGKey(2)})
+  new_vars = core.unfreeze(new_vars)
+  result = {'tree': tree_ok}
+  if not tree_ok:
+    result['tree_detail'] = {
+        'legacy': _shapes(ref['params']),
+        'upgraded': _shapes(init_vars.get('params', {}))}
+  worst = 0.0
+  ok = True
+  pairs = [(ref['outputs'], outputs)]
+  if ref['new_state']:
+    pairs.append((ref['new_state'], new_vars.get('batch_stats', {})))
+  for a, b in pairs:
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(_drop_empty(core.unfreeze(b))
+                                        if isinstance(b, dict) else b)
+    if ta != tb:
+      ok = False
+      result['structure'] = f'{ta} != {tb}'
+      continue
+    for x, y in zip(la, lb):
+      x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+      scale = max(float(np.max(np.abs(x))) if x.size else 0.0, 1e-30)
+      err = float(np.max(np.abs(x - y) / (np.abs(x) + scale * 1e-2))) if (
+          x.size) else 0.0
+      worst = max(worst, err)
+      if x.shape != y.shape or not np.allclose(y, x, rtol=spec['rtol'],
+                                               atol=spec['rtol'] * scale):
+        ok = False
+  result['max_rel_err'] = worst
+  result['match'] = ok
+  return result
+
+
+if __name__ == '__main__':
+  side, spec_path, out_path = sys.argv[1:4]
+  with open(spec_path) as f:
+    spec_ = json.load(f)
+  if side == 'legacy':
+    legacy(spec_, out_path)
+  else:
+    linen(spec_, sys.argv[4], out_path)

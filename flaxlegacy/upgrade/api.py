@@ -1,0 +1,209 @@
+"""Codebase-level driver: files in, rewritten files + report out."""
+
+import difflib
+import multiprocessing
+import os
+import shutil
+import sys
+
+import libcst as cst
+
+from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import transform
+
+
+class SourceFile:
+
+  def __init__(self, src_root, rel, path):
+    self.src_root = src_root
+    self.rel = rel
+    self.path = path
+    self.code = None
+    self.module = None
+    self.error = None
+    self.new_code = None
+    self.statement_texts = None
+    self.report = transform.FileReport()
+
+
+def _walk(src):
+  """(root, relative path, absolute path) of every file under ``src``."""
+  src = os.path.abspath(src)
+  if os.path.isfile(src):
+    yield os.path.dirname(src), os.path.basename(src), src
+    return
+  for dirpath, dirnames, filenames in os.walk(src):
+    dirnames[:] = sorted(d for d in dirnames if d not in (
+        '__pycache__', '.git', '.hg', '.svn'))
+    for f in sorted(filenames):
+      p = os.path.join(dirpath, f)
+      yield src, os.path.relpath(p, src), p
+
+
+def _legacy_markers():
+  """Substrings without which a file has nothing for any rule to rewrite."""
+  from flaxlegacy.upgrade.rules import jax_names  # pylint: disable=g-import-not-at-top
+  marks = {'nn', 'flax.deprecated', 'jax.config', 'flax.optim', 'optim'}
+  for q in list(jax_names.RENAMES) + list(jax_names.UNSURE) + list(
+      jax_names.CALLS) + list(jax_names.MODULE_RENAMES):
+    marks.add(q.rsplit('.', 1)[-1])
+  return tuple(sorted(marks))
+
+
+def _may_need_rewrite(code, markers):
+  return any(m in code for m in markers)
+
+
+def _analyse(files):
+  codebase = facts_lib.CodebaseFacts()
+  for sf in files:
+    if sf.module is not None:
+      codebase.add(facts_lib.collect(sf.rel, sf.module,
+                                     statement_texts=sf.statement_texts))
+  return codebase.finish()
+
+
+def _parse(sf):
+  try:
+    sf.module = cst.parse_module(sf.code)
+    sf.statement_texts = [sf.module.code_for_node(s) for s in sf.module.body]
+  except cst.ParserSyntaxError as e:
+    line, col, msg = e.raw_line, e.raw_column, str(e).splitlines()[0]
+    try:  # Python's own parser points at the offending line more exactly
+      compile(sf.code, sf.path, 'exec', dont_inherit=True)
+    except SyntaxError as py_error:
+      line, col, msg = py_error.lineno, py_error.offset, py_error.msg
+    sf.error = f'{sf.path}:{line}:{col}: syntax error: {msg}'
+    sf.report.error = sf.error
+
+
+def upgrade_source(code, path='<source>'):
+  """Rewrites one source string; returns (new code, FileReport)."""
+  sf = SourceFile('', path, path)
+  sf.code = code
+  _parse(sf)
+  if sf.error:
+    raise SyntaxError(sf.error)
+  codebase = _analyse([sf])
+  new = transform.upgrade_module(path, sf.module, codebase, sf.report,
+                                 sf.statement_texts)
+  return new, sf.report
+
+
+_FORKED = {}  # what forked workers read (inherited, not pickled)
+
+
+def _transform_one(index):
+  sf = _FORKED['files'][index]
+  code = transform.upgrade_module(sf.rel, sf.module, _FORKED['codebase'],
+                                  sf.report, sf.statement_texts)
+  return code, sf.report
+
+
+def _transform_all(files, codebase):
+  """Rewrites every parsed file; in 2+ forked processes for big codebases.
+
+  Forking is used only where it is safe and pays: the platform forks, JAX
+  is not loaded in this process (its threads do not survive a fork), and
+  there are enough files.
+  """
+  todo = [i for i, sf in enumerate(files) if sf.module is not None]
+  workers = min(os.cpu_count() or 1, 4)
+  if (len(todo) >= 16 and workers > 1 and 'jax' not in sys.modules
+      and 'fork' in multiprocessing.get_all_start_methods()):
+    _FORKED.update(files=files, codebase=codebase)
+    try:
+      ctx = multiprocessing.get_context('fork')
+      with ctx.Pool(workers) as pool:
+        for i, (code, rep) in zip(todo, pool.map(_transform_one, todo,
+                                                 chunksize=4)):
+          files[i].new_code, files[i].report = code, rep
+      return
+    finally:
+      _FORKED.clear()
+  for i in todo:
+    sf = files[i]
+    sf.new_code = transform.upgrade_module(sf.rel, sf.module, codebase,
+                                           sf.report, sf.statement_texts)
+
+
+def _distinct_rel(files):
+  """Several SRC roots: prefix with the root's basename if names clash."""
+  rels = [sf.rel for sf in files]
+  if len(set(rels)) == len(rels):
+    return
+  for sf in files:
+    sf.rel = os.path.join(os.path.basename(sf.src_root), sf.rel)
+
+
+def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
+                  stdout=None):
+  """Runs the upgrade; returns (exit status, report dict)."""
+  from flaxlegacy.upgrade import report as report_lib  # pylint: disable=g-import-not-at-top
+  files, others = [], []
+  for src in srcs:
+    if not os.path.exists(src):
+      raise FileNotFoundError(f'flaxlegacy upgrade: no such file or '
+                              f'directory: {src}')
+    for root, rel, path in _walk(src):
+      sf = SourceFile(root, rel, path)
+      (files if path.endswith('.py') else others).append(sf)
+  _distinct_rel(files + others)
+  if out is not None:
+    out_abs = os.path.abspath(out)
+    for src in srcs:
+      s = os.path.abspath(src)
+      if out_abs == s or out_abs.startswith(
+          s.rstrip(os.sep) + os.sep) and os.path.isdir(s):
+        raise ValueError(f'flaxlegacy upgrade: --out {out} lies inside SRC '
+                         f'{src}; choose a directory outside it')
+  markers = _legacy_markers()
+  for sf in files:
+    with open(sf.path, encoding='utf-8') as fh:
+      sf.code = fh.read()
+    if _may_need_rewrite(sf.code, markers):
+      _parse(sf)
+    else:  # nothing any rule looks for; still name a syntax error
+      try:
+        compile(sf.code, sf.path, 'exec', dont_inherit=True)
+        sf.new_code = sf.code
+      except SyntaxError as e:
+        sf.error = f'{sf.path}:{e.lineno}:{e.offset}: syntax error: {e.msg}'
+        sf.report.error = sf.error
+  codebase = _analyse(files)
+  _transform_all(files, codebase)
+  changed = [sf for sf in files if sf.new_code is not None
+             and sf.new_code != sf.code]
+  report = report_lib.build(files, codebase)
+  status = 0
+  if diff:
+    for sf in changed:
+      stdout.write(''.join(difflib.unified_diff(
+          sf.code.splitlines(True), sf.new_code.splitlines(True),
+          fromfile=sf.path, tofile=sf.path)))
+    status = 1 if changed else 0
+  elif in_place:
+    for sf in changed:
+      with open(sf.path, 'w', encoding='utf-8') as fh:
+        fh.write(sf.new_code)
+  elif out is not None:
+    for sf in files + others:
+      dst = os.path.join(out, sf.rel)
+      os.makedirs(os.path.dirname(dst) or '.', exist_ok=True)
+      if sf in files and sf.new_code is not None:
+        with open(dst, 'w', encoding='utf-8') as fh:
+          fh.write(sf.new_code)
+      else:
+        shutil.copy2(sf.path, dst)
+  if verify and not diff:
+    from flaxlegacy.upgrade import verify as verify_lib  # pylint: disable=g-import-not-at-top
+    root = out if out is not None else None
+    results = verify_lib.verify_codebase(files, codebase, upgraded_root=root)
+    report['verification'] = results
+    if any(r['status'] == 'mismatch' for r in results):
+      status = status or 3
+  if out is not None and not diff:
+    report_lib.write(report, os.path.join(out, 'upgrade.json'))
+  if any(sf.error for sf in files) and status == 0:
+    status = 0 if diff else status
+  return status, report

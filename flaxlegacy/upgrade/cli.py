@@ -1,0 +1,39 @@
+"""``flaxlegacy upgrade SRC... (--out DST | --in-place | --diff) [--verify]``."""
+
+import sys
+
+from flaxlegacy.upgrade import api
+from flaxlegacy.upgrade import report as report_lib
+
+
+def add_arguments(parser):
+  parser.add_argument('src', nargs='+', help='files or directories to upgrade')
+  mode = parser.add_mutually_exclusive_group(required=True)
+  mode.add_argument('--out', metavar='DST',
+                    help='write the upgraded tree here (mirrors SRC; files '
+                    'that are not Python are copied) with DST/upgrade.json')
+  mode.add_argument('--in-place', action='store_true',
+                    help='rewrite the files of SRC themselves')
+  mode.add_argument('--diff', action='store_true',
+                    help='print unified diffs, write nothing; exit 1 if '
+                    'anything would change')
+  parser.add_argument('--verify', action='store_true',
+                      help='check every upgraded module class whose input '
+                      'shapes appear in an init_by_shape call against the '
+                      'legacy one (FLAXLEGACY=off subprocess)')
+
+
+def run(args):
+  if args.verify and not args.out:
+    sys.stderr.write('flaxlegacy upgrade: --verify needs --out (it compares '
+                     'the legacy SRC with the upgraded DST)\n')
+    return 2
+  try:
+    status, report = api.upgrade_paths(
+        args.src, out=args.out, in_place=args.in_place, diff=args.diff,
+        verify=args.verify, stdout=sys.stdout)
+  except (FileNotFoundError, ValueError) as e:
+    sys.stderr.write(f'{e}\n')
+    return 2
+  sys.stderr.write(report_lib.summary_text(report))
+  return status

@@ -1,0 +1,438 @@
+"""The facts pass: what the rules need to know before rewriting anything.
+
+Per file: which local names are the legacy ``nn`` module (``from flax import
+nn``, ``import flax.nn as nn``, ``from flax.deprecated import nn``), which
+local names are JAX modules (for the removed-names rule), which classes are
+legacy ``Module`` subclasses and which functions are ``@nn.module``
+functions, which module-level helper functions return ``X.partial(...)``,
+and the literal ``init_by_shape`` / ``create_by_shape`` input shapes.
+
+Across files (``CodebaseFacts``): every legacy module by class name, with
+the split of its ``apply`` parameters into dataclass fields and
+``__call__`` parameters.
+
+The split (recorded in upgrade.json):
+  * the first ``apply`` parameter (the input) is a call parameter;
+  * a parameter that some ``.partial(...)`` of the class binds is a field;
+  * otherwise a parameter used as an array -- ``p.shape`` / ``.ndim`` /
+    ``.dtype`` / ``.reshape`` / ``.astype`` / ``.T``, ``p[...]``, or passed
+    as the first positional argument of a call (a layer, a module, a
+    ``jnp`` function) -- is a call parameter, and so is one passed on to a
+    child module as one of the child's call parameters (to a fixpoint);
+  * everything else (sizes, flags, dtypes, initialisers, config) is a field.
+  ``**kwargs`` becomes a dict field of the same name (``var_kw``).
+"""
+
+import ast
+import dataclasses
+import re
+from typing import Any, Dict, List, Optional
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+ARRAY_ATTRS = frozenset(('shape', 'ndim', 'dtype', 'reshape', 'astype', 'T',
+                         'size', 'sum', 'mean', 'transpose', 'squeeze'))
+NOT_ARRAY_CALLS = frozenset((
+    'len', 'range', 'int', 'float', 'tuple', 'list', 'isinstance', 'print',
+    'str', 'dict', 'enumerate', 'zip', 'max', 'min', 'sum', 'getattr',
+    'hasattr', 'bool', 'repr', 'sorted', 'type', 'set', 'any', 'all', 'abs',
+    'functools.partial'))
+LEGACY_NN_MODULES = ('flax.nn', 'flax.deprecated.nn')
+
+
+@dataclasses.dataclass
+class ModuleInfo:
+  """A legacy module definition (class with ``apply`` or ``@nn.module``)."""
+  name: str
+  file: str
+  kind: str  # 'class' | 'function'
+  params: List[str]  # apply parameters after self
+  defaults: Dict[str, str]  # parameter -> default source
+  var_kw: Optional[str] = None
+  var_pos: Optional[str] = None
+  base: str = 'Module'  # 'Module', a legacy layer name, or another class
+  array_params: set = dataclasses.field(default_factory=set)
+  # calls of possible child modules: (callee name, [positional param or
+  # None], {keyword: param}) where the arguments are parameters of ours
+  child_calls: list = dataclasses.field(default_factory=list)
+  fields: List[str] = dataclasses.field(default_factory=list)
+  call: List[str] = dataclasses.field(default_factory=list)
+  problems: List[str] = dataclasses.field(default_factory=list)
+
+  def report(self):
+    return {'file': self.file, 'class': self.name, 'fields': self.fields,
+            'call': self.call, 'var_kw': self.var_kw}
+
+
+@dataclasses.dataclass
+class FileFacts:
+  path: str
+  nn_prefixes: set = dataclasses.field(default_factory=set)
+  imports: Dict[str, str] = dataclasses.field(default_factory=dict)
+  modules: Dict[str, ModuleInfo] = dataclasses.field(default_factory=dict)
+  # helper function name -> (kind, target expression source) for helpers
+  # whose every return is ``X.partial(...)``.
+  partial_helpers: Dict[str, str] = dataclasses.field(default_factory=dict)
+  partial_kwargs: Dict[str, set] = dataclasses.field(default_factory=dict)
+  init_shapes: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+
+
+def dotted(node):
+  try:
+    return get_full_name_for_node(node)
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+def _import_name(alias):
+  return dotted(alias.name)
+
+
+def legacy_attr(node, prefixes):
+  """'Dense' for ``nn.Dense`` when ``nn`` is a legacy prefix, else None."""
+  name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
+  if not name:
+    return None
+  for p in prefixes:
+    if name.startswith(p + '.'):
+      return name[len(p) + 1:]
+  return None
+
+
+class _FileVisitor(cst.CSTVisitor):
+  """Collects a FileFacts."""
+
+  def __init__(self, facts, code_of):
+    self.f = facts
+    self.code_of = code_of
+    self.depth = 0
+    self.class_depth = 0
+    self.text = '.partial'  # the current top-level statement's source
+    self.assigned = {}  # simple module-level/function name -> expr
+
+  # -- imports --
+  def visit_Import(self, node):
+    for a in node.names:
+      full = _import_name(a)
+      local = a.asname.name.value if a.asname else full
+      if a.asname is None:
+        head = full.split('.')[0]
+        self.f.imports[head] = head
+        if full in LEGACY_NN_MODULES:
+          self.f.nn_prefixes.add(full)
+        if head == 'flax':
+          self.f.nn_prefixes.update(LEGACY_NN_MODULES)
+      else:
+        self.f.imports[local] = full
+        if full in LEGACY_NN_MODULES:
+          self.f.nn_prefixes.add(local)
+
+  def visit_ImportFrom(self, node):
+    if node.relative or isinstance(node.names, cst.ImportStar):
+      return
+    mod = dotted(node.module)
+    for a in node.names:
+      name = _import_name(a)
+      local = a.asname.name.value if a.asname else name
+      full = f'{mod}.{name}'
+      self.f.imports[local] = full
+      if full in LEGACY_NN_MODULES:
+        self.f.nn_prefixes.add(local)
+
+  # -- definitions --
+  def _is_legacy_base(self, expr):
+    attr = legacy_attr(expr, self.f.nn_prefixes)
+    if attr is not None:
+      return attr if attr in ('Module',) or attr[:1].isupper() else None
+    return None
+
+  def visit_ClassDef(self, node):
+    self.class_depth += 1
+    if self.depth or self.class_depth > 1:
+      return
+    for b in node.bases:
+      base = self._is_legacy_base(b.value)
+      if base is None and isinstance(b.value, cst.Name):
+        base = b.value.value if b.value.value in self.f.modules else None
+      if base is None:
+        continue
+      apply = None
+      for stmt in node.body.body:
+        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == 'apply':
+          apply = stmt
+      info = self._info(node.name.value, 'class', apply, skip_self=True)
+      info.base = base
+      self.f.modules[info.name] = info
+      return
+
+  def leave_ClassDef(self, node):
+    self.class_depth -= 1
+
+  def visit_FunctionDef(self, node):
+    self.depth += 1
+    if self.depth > 1 or self.class_depth:
+      return
+    for d in node.decorators:
+      if legacy_attr(d.decorator, self.f.nn_prefixes) == 'module':
+        info = self._info(node.name.value, 'function', node, skip_self=False)
+        self.f.modules[info.name] = info
+        return
+    # helper returning X.partial(...)
+    if '.partial' not in self.text:
+      return
+    rets = _returns(node)
+    targets = set()
+    for r in rets:
+      v = r.value
+      if (isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
+          and v.func.attr.value == 'partial'):
+        targets.add(self.code_of(v.func.value))
+      else:
+        targets.add(None)
+    if len(targets) == 1 and None not in targets:
+      self.f.partial_helpers[node.name.value] = targets.pop()
+
+  def leave_FunctionDef(self, node):
+    self.depth -= 1
+
+  def _info(self, name, kind, fn, skip_self):
+    info = ModuleInfo(name=name, file=self.f.path, kind=kind, params=[],
+                      defaults={})
+    if fn is None:
+      info.problems.append('no apply method')
+      return info
+    ps = fn.params
+    plist = list(ps.posonly_params) + list(ps.params)
+    if skip_self and plist:
+      plist = plist[1:]
+    for p in plist + list(ps.kwonly_params):
+      info.params.append(p.name.value)
+      if p.default is not None:
+        info.defaults[p.name.value] = self.code_of(p.default)
+    if isinstance(ps.star_arg, cst.Param):
+      info.var_pos = ps.star_arg.name.value
+    if ps.star_kwarg is not None:
+      info.var_kw = ps.star_kwarg.name.value
+    usage = _UsageVisitor(set(info.params))
+    fn.body.visit(usage)
+    info.array_params = usage.array
+    info.child_calls = usage.child_calls
+    return info
+
+  # -- partial kwargs and init_by_shape --
+  def visit_Call(self, node):
+    func = node.func
+    if isinstance(func, cst.Attribute):
+      owner = dotted(func.value)
+      if func.attr.value == 'partial' and owner:
+        keys = self.f.partial_kwargs.setdefault(owner.split('.')[-1], set())
+        for a in node.args:
+          if a.keyword is not None:
+            keys.add(a.keyword.value)
+      if func.attr.value in ('init_by_shape', 'create_by_shape'):
+        self._init_shapes(node)
+
+  def visit_Assign(self, node):
+    if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+      self.assigned[node.targets[0].target.value] = node.value
+
+  def _init_shapes(self, node):
+    target = node.func.value
+    kwargs = {}
+    if isinstance(target, cst.Name) and target.value in self.assigned:
+      target = self.assigned[target.value]
+    if (isinstance(target, cst.Call) and isinstance(target.func, cst.Attribute)
+        and target.func.attr.value == 'partial'):
+      try:
+        for a in target.args:
+          if a.keyword is None:
+            return
+          kwargs[a.keyword.value] = ast.literal_eval(self.code_of(a.value))
+      except (ValueError, SyntaxError):
+        return
+      target = target.func.value
+    if not isinstance(target, cst.Name) or len(node.args) < 2:
+      return
+    specs = _literal_specs(self.code_of(node.args[1].value))
+    if specs is None:
+      return
+    self.f.init_shapes.append({'class': target.value, 'kwargs': kwargs,
+                               'inputs': specs,
+                               'line': None})
+
+
+def _literal_specs(src):
+  """[((shape), dtype)] source -> [[shape, 'float32'], ...] or None."""
+  try:
+    tree = ast.parse(src, mode='eval').body
+  except SyntaxError:
+    return None
+  if not isinstance(tree, (ast.List, ast.Tuple)):
+    return None
+  out = []
+  for elt in tree.elts:
+    if isinstance(elt, ast.Tuple) and len(elt.elts) == 2:
+      shape_node, dtype_node = elt.elts
+      dtype = ast.unparse(dtype_node).split('.')[-1]
+    else:
+      shape_node, dtype = elt, 'float32'
+    try:
+      shape = ast.literal_eval(shape_node)
+    except ValueError:
+      return None
+    if not isinstance(shape, (tuple, list)):
+      return None
+    out.append([list(shape), dtype])
+  return out
+
+
+def _returns(fn):
+  out = []
+
+  class V(cst.CSTVisitor):
+
+    def visit_Return(self, node):
+      if node.value is not None:
+        out.append(node)
+
+    def visit_FunctionDef(self, node):
+      return node is fn
+
+    def visit_Lambda(self, node):
+      return False
+
+  fn.visit(V())
+  return out
+
+
+class _UsageVisitor(cst.CSTVisitor):
+  """Which parameters are used as arrays."""
+
+  def __init__(self, params):
+    self.params = params
+    self.array = set()
+    self.child_calls = []
+
+  def visit_Attribute(self, node):
+    if (isinstance(node.value, cst.Name) and node.value.value in self.params
+        and node.attr.value in ARRAY_ATTRS):
+      self.array.add(node.value.value)
+
+  def visit_Subscript(self, node):
+    if isinstance(node.value, cst.Name) and node.value.value in self.params:
+      self.array.add(node.value.value)
+
+  def visit_Call(self, node):
+    name = dotted(node.func)
+    if isinstance(node.func, cst.Name):
+      pos, kw = [], {}
+      for a in node.args:
+        v = a.value
+        p = v.value if isinstance(v, cst.Name) and v.value in self.params \
+            else None
+        if a.star:
+          continue
+        if a.keyword is None:
+          pos.append(p)
+        elif p is not None:
+          kw[a.keyword.value] = p
+      if any(pos) or kw:
+        self.child_calls.append((node.func.value, pos, kw))
+    if name in NOT_ARRAY_CALLS:
+      return
+    if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
+        'partial', 'shared'):
+      return
+    if node.args and node.args[0].keyword is None and not node.args[0].star:
+      v = node.args[0].value
+      if isinstance(v, cst.Name) and v.value in self.params:
+        self.array.add(v.value)
+
+
+class CodebaseFacts:
+  """Facts of every file, and the module table across them."""
+
+  def __init__(self):
+    self.files = {}
+    self.modules = {}  # class name -> ModuleInfo (first definition wins)
+    self.partial_kwargs = {}
+
+  def module(self, file_facts, name):
+    """The module class ``name`` as seen from a file: its own first."""
+    return file_facts.modules.get(name) or self.modules.get(name)
+
+  def add(self, facts):
+    self.files[facts.path] = facts
+    for name, info in facts.modules.items():
+      self.modules.setdefault(name, info)
+    for name, keys in facts.partial_kwargs.items():
+      self.partial_kwargs.setdefault(name, set()).update(keys)
+
+  def finish(self):
+    """Splits every module's parameters (see the module docstring)."""
+    infos = [i for f in self.files.values() for i in f.modules.values()]
+    for info in infos:
+      partial = self.partial_kwargs.get(info.name, set())
+      info.fields, info.call = [], []
+      for i, p in enumerate(info.params):
+        if info.kind == 'class' and i == 0 or info.kind == 'function' and i == 0:
+          info.call.append(p)
+        elif p in partial:
+          info.fields.append(p)
+        elif p in info.array_params:
+          info.call.append(p)
+        else:
+          info.fields.append(p)
+    # A parameter passed on as a call parameter of a child module is one too
+    # (``Decoder(targets=targets)``); repeat until nothing moves.
+    changed = True
+    while changed:
+      changed = False
+      for info in infos:
+        facts = self.files.get(info.file)
+        for callee, pos, kw in info.child_calls:
+          child = self.module(facts, callee) if facts else None
+          if child is None or child is info:
+            continue
+          moved = set()
+          for i, p in enumerate(pos):
+            if p and i < len(child.params) and child.params[i] in child.call:
+              moved.add(p)
+          for k, p in kw.items():
+            if k in child.call:
+              moved.add(p)
+          for p in moved:
+            if p in info.fields and p not in self.partial_kwargs.get(
+                info.name, ()):
+              info.fields.remove(p)
+              info.call.append(p)
+              changed = True
+      for info in infos:  # keep the legacy order
+        info.call.sort(key=info.params.index)
+    # A class whose base is another legacy class inherits its split.
+    return self
+
+
+FACT_MARKERS = re.compile(
+    r'\bimport\b|\.partial\b|init_by_shape|create_by_shape|\bnn\b|'
+    r'flax\.nn|flax\.deprecated')
+
+
+def collect(path, module, code_of=None, statement_texts=None):
+  """The FileFacts of one parsed file.
+
+  ``statement_texts``: the source of each top-level statement; statements
+  whose text shows nothing a fact is made of are not walked (speed).
+  """
+  code_of = code_of or module.code_for_node
+  facts = FileFacts(path=path)
+  visitor = _FileVisitor(facts, code_of)
+  for i, stmt in enumerate(module.body):
+    if statement_texts is None or FACT_MARKERS.search(statement_texts[i]):
+      if statement_texts is not None:
+        visitor.text = statement_texts[i]
+      stmt.visit(visitor)
+  from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
+  programs.collect_facts(facts, module, code_of)
+  return facts

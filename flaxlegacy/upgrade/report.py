@@ -1,0 +1,54 @@
+"""``upgrade.json`` and the printed summary."""
+
+import json
+
+SHIPPED_MODULES = []  # flaxlegacy linen modules the rewrite may emit
+
+
+def build(files, codebase):
+  per_file = {}
+  modules = []
+  for sf in files:
+    per_file[sf.rel] = sf.report.as_dict()
+    for m in sf.report.modules:
+      modules.append(m)
+  todos = sum(len(sf.report.left) for sf in files)
+  return {
+      'version': 1,
+      'files': per_file,
+      'modules': modules,
+      'shipped_modules': list(SHIPPED_MODULES),
+      'init_shapes': [dict(s, file=path) for path, f in codebase.files.items()
+                      for s in f.init_shapes],
+      'summary': {
+          'files': len(files),
+          'files_changed': sum(1 for sf in files if sf.new_code is not None
+                               and sf.new_code != sf.code),
+          'syntax_errors': [sf.error for sf in files if sf.error],
+          'modules_rewritten': len(modules),
+          'rewrites': sum(len(sf.report.rewritten) for sf in files),
+          'todos': todos,
+      },
+  }
+
+
+def write(report, path):
+  with open(path, 'w', encoding='utf-8') as fh:
+    json.dump(report, fh, indent=1, sort_keys=True)
+    fh.write('\n')
+
+
+def summary_text(report):
+  s = report['summary']
+  lines = [f"flaxlegacy upgrade: {s['files']} Python files, "
+           f"{s['files_changed']} changed, {s['modules_rewritten']} module "
+           f"classes rewritten, {s['rewrites']} rewrites, {s['todos']} TODOs"]
+  for e in s['syntax_errors']:
+    lines.append(f'  skipped (syntax error): {e}')
+  for path, f in sorted(report['files'].items()):
+    for item in f['left']:
+      lines.append(f"  TODO {path}:{item['line']}: {item['why']}")
+  for v in report.get('verification', []):
+    lines.append(f"  verify {v['file']}:{v['class']}: {v['status']}"
+                 + (f" ({v['detail']})" if v.get('detail') else ''))
+  return '\n'.join(lines) + '\n'

@@ -1,0 +1,74 @@
+"""Rule: legacy ``nn`` imports -> linen, under the same local name.
+
+``from flax import nn`` -> ``from flax import linen as nn``;
+``from flax.deprecated import nn`` -> the same; ``import flax.nn as nn`` ->
+``import flax.linen as nn``.  The local name stays, so every ``nn.relu``,
+``nn.initializers.zeros`` ... that linen spells the same needs no change.
+"""
+
+import libcst as cst
+
+from flaxlegacy.upgrade.facts import LEGACY_NN_MODULES
+from flaxlegacy.upgrade.facts import dotted
+
+
+def rewrite_import_from(node):
+  """The linen ImportFrom for a legacy one, or None."""
+  if node.relative or node.module is None or isinstance(node.names,
+                                                          cst.ImportStar):
+    return None
+  mod = dotted(node.module)
+  if mod not in ('flax', 'flax.deprecated'):
+    return None
+  names, changed = [], False
+  for a in node.names:
+    if dotted(a.name) == 'nn':
+      local = a.asname.name.value if a.asname else 'nn'
+      names.append(a.with_changes(name=cst.Name('linen'),
+                                  asname=cst.AsName(name=cst.Name(local))))
+      changed = True
+    else:
+      names.append(a)
+  if not changed:
+    return None
+  if mod == 'flax.deprecated':
+    if len(names) != 1:
+      return None
+    return node.with_changes(module=cst.Name('flax'), names=names)
+  return node.with_changes(names=names)
+
+
+def rewrite_import(node):
+  names, changed = [], False
+  for a in node.names:
+    full = dotted(a.name)
+    if full in LEGACY_NN_MODULES and a.asname is not None:
+      names.append(a.with_changes(name=cst.parse_expression('flax.linen')))
+      changed = True
+    else:
+      names.append(a)
+  return node.with_changes(names=names) if changed else None
+
+
+def is_legacy_import(node):
+  """Imports of legacy API the module rules do not rewrite (optim ...)."""
+  if isinstance(node, cst.ImportFrom):
+    if node.relative or node.module is None:
+      return None
+    mod = dotted(node.module)
+    if isinstance(node.names, cst.ImportStar):
+      names = ['*']
+    else:
+      names = [dotted(a.name) for a in node.names]
+    for n in names:
+      full = f'{mod}.{n}'
+      for root in ('flax.nn', 'flax.optim', 'flax.deprecated'):
+        if mod == root or mod.startswith(root + '.') or full == root:
+          return full
+    return None
+  for a in node.names:
+    full = dotted(a.name)
+    for root in ('flax.nn', 'flax.optim', 'flax.deprecated'):
+      if full == root or full.startswith(root + '.'):
+        return full
+  return None

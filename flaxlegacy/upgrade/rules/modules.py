@@ -1,0 +1,965 @@
+"""Rules for legacy module definitions -> linen dataclass modules.
+
+* A ``class M(nn.Module)`` with ``def apply(self, x, features, train=False)``
+  becomes a dataclass module: the hyper-parameters are fields (facts.py
+  documents the split), the body moves into ``@nn.compact def __call__``
+  and reads ``self.<field>``.  ``@nn.module`` functions become such classes.
+* Calls inside the body: legacy layers (rules/layers.py), other legacy
+  modules (fields to the constructor, inputs to the call), ``X.partial``
+  (-> ``functools.partial``), ``X.shared`` (-> one module instance, called
+  as often as the legacy code called it), helpers returning ``X.partial``.
+* ``self.param(name, shape, init)`` -> ``self.param(name, init, shape)``;
+  ``self.state(...)`` -> ``self.variable('batch_stats', ...)``;
+  ``nn.dropout`` -> ``nn.Dropout``; ``nn.make_rng()`` ->
+  ``self.make_rng('dropout')``; ``nn.is_stochastic()`` ->
+  ``self.has_rng('dropout')``; ``self.is_stateful()`` ->
+  ``self.is_mutable_collection('batch_stats')``.
+* Legacy auto-names (one counter per parent across all module types;
+  ``.shared()`` without a name takes a bare digit) are kept: where linen's
+  per-type counter would name a submodule differently, an explicit
+  ``name=`` is written; where the count depends on a loop or a condition,
+  the names come from one ``itertools.count()`` in the body.
+"""
+
+import collections
+
+import libcst as cst
+
+from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade.rules import layers as layers_rule
+
+Ref = collections.namedtuple('Ref', 'kind target extra')
+# kind: 'layer' (target: Layer), 'class' (target: ModuleInfo),
+#       'partial' (target: inner Ref), 'shared' (target: inner Ref),
+#       'dropout'.
+# extra: for 'class' from an IfExp or a variable: the source expression of
+#        the constructor when it is not the class name.
+
+RESERVED_FIELDS = frozenset(('name', 'parent', 'scope', 'variables', 'params',
+                             'param', 'variable', 'apply', 'init', 'setup',
+                             'bind', 'make_rng', 'is_initializing', 'path'))
+AUTONAME_VAR = 'legacy_autoname'
+
+
+def _expr(src):
+  return cst.parse_expression(src)
+
+
+def _arg(value, keyword=None):
+  if keyword is None:
+    return cst.Arg(value=value)
+  return cst.Arg(value=value, keyword=cst.Name(keyword),
+                 equal=cst.AssignEqual(
+                     whitespace_before=cst.SimpleWhitespace(''),
+                     whitespace_after=cst.SimpleWhitespace('')))
+
+
+def _clean_args(args):
+  """Fixes trailing commas after args were moved around."""
+  args = list(args)
+  out = []
+  for i, a in enumerate(args):
+    if i < len(args) - 1:
+      if a.comma is cst.MaybeSentinel.DEFAULT or a.comma is None:
+        a = a.with_changes(comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(' ')))
+    else:
+      a = a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    out.append(a)
+  return out
+
+
+def _kw(a):
+  return a.keyword.value if a.keyword is not None else None
+
+
+class Resolver:
+  """What a callee expression denotes, in one body."""
+
+  def __init__(self, up, local_vars):
+    self.up = up
+    self.locals = local_vars
+
+  def __call__(self, expr):
+    ctx = self.up.ctx
+    attr = facts_lib.legacy_attr(expr, ctx.facts.nn_prefixes)
+    if attr is not None:
+      if attr in layers_rule.LAYERS:
+        return Ref('layer', layers_rule.LAYERS[attr], None)
+      if attr == 'dropout':
+        return Ref('dropout', None, None)
+      return None
+    if isinstance(expr, cst.Name):
+      if expr.value in self.locals:
+        return self.locals[expr.value]
+      info = ctx.codebase.module(ctx.facts, expr.value)
+      if info is not None and not info.problems:
+        return Ref('class', info, None)
+      return None
+    if isinstance(expr, cst.Call):
+      f = expr.func
+      if isinstance(f, cst.Attribute) and f.attr.value in ('partial',
+                                                           'shared'):
+        inner = self(f.value)
+        if inner is not None and inner.kind in ('layer', 'class'):
+          return Ref(f.attr.value, inner, expr)
+      if isinstance(f, cst.Name) and f.value in ctx.facts.partial_helpers:
+        inner = self(_expr(ctx.facts.partial_helpers[f.value]))
+        if inner is not None and inner.kind in ('layer', 'class'):
+          return Ref('partial', inner, expr)
+      return None
+    if isinstance(expr, cst.IfExp):
+      a, b = self(expr.body), self(expr.orelse)
+      if (a is not None and b is not None and a.kind == b.kind == 'class'
+          and a.target.fields == b.target.fields
+          and a.target.call == b.target.call):
+        return Ref('class', a.target, 'ambiguous')
+    return None
+
+
+def _type_name(ref):
+  """Legacy default name of what ``ref`` constructs, or None (runtime)."""
+  if ref.kind == 'layer':
+    return ref.target.legacy
+  if ref.kind == 'class':
+    return None if ref.extra == 'ambiguous' else ref.target.name
+  if ref.kind == 'partial':
+    return _type_name(ref.target)
+  return None
+
+
+def _call_name(call):
+  for a in call.args:
+    if _kw(a) == 'name':
+      return a
+  return None
+
+
+class _LocalScan(cst.CSTVisitor):
+  """Local variables bound to module references (one body)."""
+
+  def __init__(self, resolver):
+    self.resolver = resolver
+    self.vars = {}
+    self.assigned = set()
+
+  def visit_Assign(self, node):
+    for t in node.targets:
+      for n in _target_names(t.target):
+        self.assigned.add(n)
+    if len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                             cst.Name):
+      name = node.targets[0].target.value
+      ref = self.resolver(node.value)
+      if name in self.vars and self.vars[name] != ref:
+        self.vars[name] = None
+      else:
+        self.vars[name] = ref
+
+  def visit_AugAssign(self, node):
+    self.assigned.update(_target_names(node.target))
+
+  def visit_AnnAssign(self, node):
+    self.assigned.update(_target_names(node.target))
+
+  def visit_For(self, node):
+    self.assigned.update(_target_names(node.target))
+
+  def visit_CompFor(self, node):
+    self.assigned.update(_target_names(node.target))
+
+  def visit_AsName(self, node):
+    self.assigned.update(_target_names(node.name))
+
+  def visit_Param(self, node):
+    self.assigned.add(node.name.value)
+
+
+def _target_names(t):
+  if isinstance(t, cst.Name):
+    return [t.value]
+  if isinstance(t, (cst.Tuple, cst.List)):
+    out = []
+    for e in t.elements:
+      out += _target_names(e.value)
+    return out
+  if isinstance(t, cst.StarredElement):
+    return _target_names(t.value)
+  return []
+
+
+class _Dynamic(Exception):
+  pass
+
+
+class _NamePlan(cst.CSTVisitor):
+  """Auto-named submodule calls in legacy evaluation order.
+
+  ``events``: (node id, type name) in the order legacy consumes its counter
+  (a call consumes it after its arguments ran); a loop over a literal
+  tuple/list or ``range(<int>)`` repeats its events; any other loop or
+  condition around an auto-named call makes the plan dynamic.
+  """
+
+  def __init__(self, resolver, local_vars):
+    self.resolver = resolver
+    self.locals = local_vars
+    self.events = []
+    self.dynamic = False
+    self.nested = False  # an auto-named call inside another's arguments
+    self._open_calls = 0
+    self._unknown_depth = 0
+    self._loop_stack = []
+
+  def _ref(self, call):
+    return self.resolver(call.func)
+
+  def visit_Call(self, node):
+    ref = self._ref(node)
+    auto = (ref is not None and ref.kind in ('layer', 'class', 'partial')
+            and _call_name(node) is None)
+    if auto and self._open_calls:
+      self.nested = True
+    if auto:
+      self._open_calls += 1
+    return True
+
+  def leave_Call(self, node):
+    ref = self._ref(node)
+    f = node.func
+    if (isinstance(f, cst.Attribute) and f.attr.value == 'shared'
+        and self.resolver(f.value) is not None and _call_name(node) is None):
+      self._event(node, None)
+      return
+    if ref is None or ref.kind not in ('layer', 'class', 'partial'):
+      return
+    if _call_name(node) is not None:
+      return
+    self._open_calls -= 1
+    if ref.kind == 'partial' and ref.extra is not None and _call_name(
+        ref.extra) is not None:
+      return  # X.partial(name=...) names every call
+    self._event(node, _type_name(ref))
+
+  def _event(self, node, type_name):
+    if self._unknown_depth or type_name is None and not isinstance(
+        node.func, cst.Attribute):
+      self.dynamic = True
+    self.events.append((id(node), type_name, len(self._loop_stack)))
+
+  def _enter_unknown(self):
+    self._unknown_depth += 1
+
+  def _leave_unknown(self):
+    self._unknown_depth -= 1
+
+  def visit_For(self, node):
+    n = _literal_trips(node)
+    if n is None or _has_break(node):
+      self._enter_unknown()
+      self._loop_stack.append(None)
+    else:
+      self._loop_stack.append((len(self.events), n))
+
+  def leave_For(self, node):
+    item = self._loop_stack.pop()
+    if item is None:
+      self._leave_unknown()
+      return
+    start, n = item
+    body = self.events[start:]
+    self.events[start:] = body * n
+
+  def visit_While(self, node):
+    self._enter_unknown()
+
+  def leave_While(self, node):
+    self._leave_unknown()
+
+  def visit_If(self, node):
+    self._enter_unknown()
+
+  def leave_If(self, node):
+    self._leave_unknown()
+
+  def visit_IfExp(self, node):
+    self._enter_unknown()
+
+  def leave_IfExp(self, node):
+    self._leave_unknown()
+
+  def visit_BooleanOperation(self, node):
+    self._enter_unknown()
+
+  def leave_BooleanOperation(self, node):
+    self._leave_unknown()
+
+  def visit_CompFor(self, node):
+    self._enter_unknown()
+
+  def leave_CompFor(self, node):
+    self._leave_unknown()
+
+  def visit_Lambda(self, node):
+    self._enter_unknown()
+
+  def leave_Lambda(self, node):
+    self._leave_unknown()
+
+  def visit_Try(self, node):
+    self._enter_unknown()
+
+  def leave_Try(self, node):
+    self._leave_unknown()
+
+  def visit_FunctionDef(self, node):
+    self._enter_unknown()
+
+  def leave_FunctionDef(self, node):
+    self._leave_unknown()
+
+
+def _literal_trips(node):
+  it = node.iter
+  if isinstance(it, (cst.Tuple, cst.List)):
+    if any(isinstance(e, cst.StarredElement) for e in it.elements):
+      return None
+    return len(it.elements)
+  if (isinstance(it, cst.Call) and isinstance(it.func, cst.Name)
+      and it.func.value in ('range', 'enumerate')):
+    if it.func.value == 'enumerate' and len(it.args) == 1:
+      inner = it.args[0].value
+      if isinstance(inner, (cst.Tuple, cst.List)):
+        return len(inner.elements)
+      return None
+    if it.func.value == 'range' and len(it.args) == 1 and isinstance(
+        it.args[0].value, cst.Integer):
+      return int(it.args[0].value.value)
+  return None
+
+
+def _has_break(node):
+  found = []
+
+  class V(cst.CSTVisitor):
+
+    def visit_Break(self, n):
+      found.append(n)
+
+    def visit_Continue(self, n):
+      found.append(n)
+
+  node.body.visit(V())
+  return bool(found)
+
+
+def plan_names(events):
+  """Per call node id: None (linen's auto-name equals legacy's) or a name.
+
+  Returns None if a call that runs several times needs varying names.
+  """
+  keep = {}
+  counts = collections.Counter(e[0] for e in events)
+  for node_id, type_name, _ in events:
+    keep[node_id] = type_name is not None
+  names = {}
+  while True:
+    per_type = collections.Counter()
+    wrong = set()
+    legacy_names = collections.defaultdict(set)
+    for index, (node_id, type_name, _) in enumerate(events):
+      legacy = f'{type_name}_{index}' if type_name else str(index)
+      legacy_names[node_id].add(legacy)
+      if keep[node_id]:
+        linen = f'{type_name}_{per_type[type_name]}'
+        per_type[type_name] += 1
+        if linen != legacy:
+          wrong.add(node_id)
+    if not wrong:
+      break
+    for node_id in wrong:
+      keep[node_id] = False
+  for node_id, legacy in legacy_names.items():
+    if keep[node_id]:
+      names[node_id] = None
+    elif counts[node_id] > 1:
+      return None
+    else:
+      names[node_id] = legacy.pop()
+  return names
+
+
+class ApplyRewriter(transform.Upgrader):
+  """Rewrites one ``apply`` body (or ``@nn.module`` function body)."""
+
+  def __init__(self, up, info, fn):
+    super().__init__(up.ctx)
+    self.info = info
+    self.fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
+    self.resolver = Resolver(self, {})
+    scan = _LocalScan(self.resolver)
+    fn.body.visit(scan)
+    self.resolver.locals.update({k: v for k, v in scan.vars.items()
+                                 if v is not None})
+    self.assigned_fields = sorted(self.fields & scan.assigned)
+    self._skip_names = set()
+    plan = _NamePlan(self.resolver, self.resolver.locals)
+    fn.body.visit(plan)
+    self.dynamic = plan.dynamic
+    self.names = None
+    if not plan.dynamic:
+      self.names = plan_names(plan.events)
+      if self.names is None:
+        self.dynamic = True
+    if self.dynamic and plan.nested:
+      self.todo_all = ('auto-named submodules inside the arguments of other '
+                       'auto-named submodules, under a loop or condition: '
+                       'check the names')
+    else:
+      self.todo_all = None
+    self.used_dynamic = False
+
+  # -- names that are not loads --
+  def visit_Attribute(self, node):
+    self._skip_names.add(id(node.attr))
+    if (isinstance(node.value, cst.Name) and node.value.value in self.fields
+        and node.attr.value in ('retrieve', 'store', 'as_dict')):
+      self.todo(node, f'{node.value.value!r} is a legacy nn.Collection '
+                'argument: port it to a linen variable collection by hand')
+
+  def visit_Arg(self, node):
+    if node.keyword is not None:
+      self._skip_names.add(id(node.keyword))
+
+  def visit_Param(self, node):
+    self._skip_names.add(id(node.name))
+
+  def visit_ImportAlias(self, node):
+    return False
+
+  def leave_Name(self, original_node, updated_node):
+    if id(original_node) in self._skip_names:
+      return updated_node
+    v = original_node.value
+    if v in self.fields and v not in self.assigned_fields:
+      return cst.Attribute(value=cst.Name('self'), attr=cst.Name(v))
+    return updated_node
+
+  # -- calls --
+  def visit_Call(self, node):
+    super().visit_Call(node)
+    ref = self.resolver(node.func)
+    if ref is not None:
+      self._handled.add(id(node.func))
+    f = node.func
+    if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
+      if self.resolver(f.value) is not None:
+        self._handled.add(id(f))
+        self._handled.add(id(f.value))
+    name = facts_lib.legacy_attr(f, self.ctx.facts.nn_prefixes)
+    if name in ('make_rng', 'is_stochastic'):
+      self._handled.add(id(f))
+    return True
+
+  def leave_Call(self, original_node, updated_node):
+    updated = super().leave_Call(original_node, updated_node)
+    if updated is not updated_node:
+      return updated
+    f = original_node.func
+    name = facts_lib.legacy_attr(f, self.ctx.facts.nn_prefixes)
+    if name == 'make_rng' and not original_node.args:
+      self.rewrote(original_node, 'stochastic', "nn.make_rng() -> "
+                   "self.make_rng('dropout')")
+      return _expr("self.make_rng('dropout')")
+    if name == 'is_stochastic' and not original_node.args:
+      self.rewrote(original_node, 'stochastic', 'nn.is_stochastic()')
+      return _expr("self.has_rng('dropout')")
+    if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and (
+        f.value.value == 'self'):
+      return self._self_method(original_node, updated_node, f.attr.value)
+    if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
+      inner = self.resolver(f.value)
+      if inner is not None and inner.kind in ('layer', 'class'):
+        if f.attr.value == 'partial':
+          return partial_call(self, original_node, updated_node, inner)
+        return self._shared(original_node, updated_node, inner)
+    ref = self.resolver(f)
+    if ref is None:
+      return updated_node
+    if ref.kind == 'dropout':
+      return self._dropout(original_node, updated_node)
+    return self._module_call(original_node, updated_node, ref)
+
+  def _self_method(self, original, updated, method):
+    args = list(updated.args)
+    if method == 'param':
+      pos = [a for a in args if a.keyword is None]
+      kw = {_kw(a): a for a in args if a.keyword is not None}
+      if any(a.star for a in args):
+        self.todo(original, 'self.param with *args')
+        return updated
+      ordered = pos + [kw.pop(k) for k in ('shape', 'initializer')
+                       if k in kw]
+      if len(ordered) != 3 or kw:
+        self.todo(original, 'self.param(name, shape, init) expected')
+        return updated
+        # linen: param(name, init_fn, *init_args)
+      new = [ordered[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT),
+             ordered[2].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT),
+             ordered[1].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
+      self.rewrote(original, 'param', 'self.param(name, shape, init) -> '
+                   'self.param(name, init, shape)')
+      return updated.with_changes(args=_clean_args(new))
+    if method == 'state':
+      return self._state(original, updated)
+    if method == 'is_stateful':
+      return _expr("self.is_mutable_collection('batch_stats')")
+    if method in ('get_param', 'collection'):
+      self.todo(original, f'self.{method} has no certain linen rewrite')
+    return updated
+
+  def _state(self, original, updated):
+    args = list(updated.args)
+    names = ('name', 'shape', 'initializer', 'collection')
+    bound = {}
+    for i, a in enumerate(args):
+      if a.star:
+        self.todo(original, 'self.state with *args')
+        return updated
+      key = _kw(a) or (names[i] if i < len(names) else None)
+      bound[key] = a.value
+    if 'collection' in bound or 'shape' not in bound or 'name' not in bound:
+      self.todo(original, 'self.state with an explicit collection or no '
+                'shape: port by hand to self.variable')
+      return updated
+    code = self.ctx.code_of
+    init = bound.get('initializer')
+    init_src = 'nn.initializers.zeros' if init is None else code(init)
+    shape = code(bound['shape'])
+    if init is None or init_src.split('.')[-1] in ('zeros', 'ones'):
+      new = (f"self.variable('batch_stats', {code(bound['name'])}, "
+             f'{init_src}, None, {shape})')
+      if init is None:
+        new = new.replace('nn.initializers.zeros',
+                          self._prefix() + '.initializers.zeros')
+    else:
+      new = (f"self.variable('batch_stats', {code(bound['name'])}, "
+             f"lambda: {init_src}(self.make_rng('params'), {shape}))")
+    self.rewrote(original, 'state', "self.state -> self.variable("
+                 "'batch_stats', ...)")
+    return _expr(new)
+
+  def _prefix(self):
+    prefixes = sorted(self.ctx.facts.nn_prefixes)
+    p = prefixes[0] if prefixes else 'nn'
+    return p.replace('flax.deprecated.nn', 'flax.linen').replace(
+        'flax.nn', 'flax.linen')
+
+  def _dropout(self, original, updated):
+    args = list(updated.args)
+    names = ('inputs', 'rate', 'deterministic', 'rng')
+    bound = {}
+    for i, a in enumerate(args):
+      key = _kw(a) or (names[i] if i < len(names) else None)
+      if a.star or key not in names:
+        self.todo(original, 'nn.dropout call form')
+        return updated
+      bound[key] = a.value
+    ctor = [_arg(bound['rate'], 'rate')]
+    if 'deterministic' in bound:
+      ctor.append(_arg(bound['deterministic'], 'deterministic'))
+    call = [_arg(bound['inputs'])]
+    if 'rng' in bound:
+      call.append(_arg(bound['rng'], 'rng'))
+    self.rewrote(original, 'stochastic', 'nn.dropout -> nn.Dropout')
+    return cst.Call(func=cst.Call(func=_expr(self._prefix() + '.Dropout'),
+                                  args=_clean_args(ctor)),
+                    args=_clean_args(call))
+
+  def _auto_name(self, original, ref_type_name, ctor_src):
+    """The ``name=`` argument to add for an auto-named call, or None."""
+    if self.dynamic:
+      self.used_dynamic = True
+      if ref_type_name is None:
+        if ctor_src is None:
+          return None
+        return _expr(f"f'{{{ctor_src}.__name__}}_{{next({AUTONAME_VAR})}}'")
+      return _expr(f"f'{ref_type_name}_{{next({AUTONAME_VAR})}}'")
+    name = self.names.get(id(original))
+    if name is None:
+      return None
+    return cst.SimpleString(repr(name))
+
+  def _shared(self, original, updated, inner):
+    """``X.shared(**kw)`` -> ``X(**kw)``: one instance, called repeatedly."""
+    args = list(updated.args)
+    if any(a.star for a in args):
+      self.todo(original, f'.shared(**...) of {inner.kind}')
+      return updated
+    ctor = _ctor_expr(self, inner, updated.func.value)
+    if inner.kind == 'class':
+      bad = [a for a in args if _kw(a) not in inner.target.fields + ['name']]
+      if bad:
+        self.todo(original, '.shared binds call parameters')
+        return updated
+      kwargs = args
+    else:
+      kwargs = [_layer_kwarg(a, inner.target) for a in args]
+      kwargs = _add_layer_defaults(inner.target, kwargs)
+    if _call_name(original) is None:
+      name = self._auto_name(original, None, None)
+      if self.dynamic:
+        name = _expr(f'str(next({AUTONAME_VAR}))')
+      if name is not None:
+        kwargs = list(kwargs) + [_arg(name, 'name')]
+    self.rewrote(original, 'shared', '.shared(...) -> one module instance')
+    return cst.Call(func=ctor, args=_clean_args(kwargs))
+
+  def _module_call(self, original, updated, ref):
+    args = list(updated.args)
+    if any(a.star for a in args if a.star == '*'):
+      self.todo(original, 'submodule call with *args')
+      return updated
+    if ref.kind == 'shared':
+      # a call of a shared module variable: inputs only
+      target = ref.target
+      if target.kind == 'layer':
+        extra = [a for a in args[1:]]
+      else:
+        extra = [a for a in args if _kw(a) in target.target.fields]
+      if extra:
+        self.todo(original, 'call of a shared module with hyper-parameters')
+      return updated
+    target = ref.target if ref.kind == 'partial' else ref
+    if target.kind == 'layer':
+      sig = ('inputs',) + target.target.params
+    else:
+      sig = tuple(target.target.params)
+    bound = []  # (legacy param name or None, Arg)
+    var_kw = {}
+    for i, a in enumerate(args):
+      k = _kw(a)
+      if a.star == '**':
+        if target.kind == 'class':
+          bound.append(('**', a))
+          continue
+        self.todo(original, 'legacy layer call with **kwargs (keyword '
+                  'renames such as bias -> use_bias cannot apply)')
+        return updated
+      if k is None:
+        if i >= len(sig):
+          self.todo(original, 'more positional arguments than the legacy '
+                    'apply takes')
+          return updated
+        bound.append((sig[i], a))
+      elif k == 'name':
+        bound.append(('name', a))
+      elif k in sig:
+        bound.append((k, a))
+      elif target.kind == 'class' and target.target.var_kw:
+        var_kw[k] = a
+      else:
+        self.todo(original, f'unknown argument {k!r} of a legacy module')
+        return updated
+    if target.kind == 'layer':
+      layer = target.target
+      for k, _ in bound:
+        if (layer.legacy, k) in layers_rule.UNSUPPORTED_ARGS:
+          self.todo(original, layers_rule.UNSUPPORTED_ARGS[(layer.legacy, k)])
+          return updated
+      inputs = [a for k, a in bound if k == 'inputs']
+      ctor, positional_ok = [], ref.kind == 'layer'
+      for k, a in bound:
+        if k == 'inputs':
+          continue
+        if k == 'name':
+          ctor.append(a)
+          continue
+        idx = layer.params.index(k)
+        lk = layers_rule.linen_kwarg(layer, k)
+        if (positional_ok and a.keyword is None and idx < len(
+            layer.linen_fields) and layer.linen_fields[idx] == lk):
+          ctor.append(a)
+        else:
+          positional_ok = False
+          ctor.append(_arg(a.value, lk).with_changes(comma=a.comma))
+      if ref.kind == 'layer':
+        ctor = _add_layer_defaults(layer, ctor)
+      call_args = [a.with_changes(keyword=None,
+                                  equal=cst.MaybeSentinel.DEFAULT)
+                   for a in inputs]
+      type_name = layer.legacy
+      if layer.note:
+        self.ctx.report.rewritten.append(
+            {'rule': 'layers', 'line': self.ctx.line(original),
+             'what': f'{layer.legacy}: {layer.note}'})
+    else:
+      info = target.target
+      ctor, call_args = [], []
+      for k, a in bound:
+        if k == 'name' or k in info.fields:
+          ctor.append(a if a.keyword is not None else _arg(a.value, k))
+        elif k == '**' and info.var_kw:
+          ctor.append(_arg(a.value, info.var_kw))
+        elif k == '**':
+          # Forwarded **kwargs go to the constructor: sound only when every
+          # call parameter of the child is passed explicitly.
+          given = {kk for kk, _ in bound}
+          if not set(info.call) <= given:
+            self.todo(original, '**kwargs forwarded to a module whose call '
+                      'parameters it may hold')
+            return updated
+          ctor.append(a)
+        else:
+          call_args.append(a)
+      if var_kw:
+        items = ', '.join(f'{k!r}: {self.ctx.code_of(a.value)}'
+                          for k, a in var_kw.items())
+        ctor.append(_arg(_expr('{' + items + '}'), info.var_kw))
+      type_name = _type_name(target)
+    if _call_name(original) is None and not (
+        ref.kind == 'partial' and ref.extra is not None
+        and _call_name(ref.extra) is not None):
+      if self.todo_all:
+        self.todo(original, self.todo_all)
+      ctor_src = None
+      if type_name is None and isinstance(original.func, cst.Name):
+        ctor_src = original.func.value
+      name = self._auto_name(original, type_name, ctor_src)
+      if name is None and type_name is None:
+        self.todo(original, 'cannot tell the legacy auto-name')
+      if name is not None:
+        ctor = list(ctor) + [_arg(name, 'name')]
+    func = _ctor_expr(self, ref, updated.func)
+    self.rewrote(original, 'module_call', f'{type_name or "module"} call -> '
+                 'construct + call')
+    return cst.Call(func=cst.Call(func=func, args=_clean_args(ctor)),
+                    args=_clean_args(call_args))
+
+
+def _ctor_expr(up, ref, updated_func):
+  """The constructor expression: ``nn.Dense``, ``Block``, a variable ..."""
+  if ref.kind == 'layer':
+    return updated_func if isinstance(updated_func, cst.Attribute) else _expr(
+        up._prefix() + '.' + ref.target.linen)  # pylint: disable=protected-access
+  return updated_func
+
+
+def _layer_kwarg(a, layer):
+  k = _kw(a)
+  if k is None or k == 'name':
+    return a
+  return a.with_changes(keyword=cst.Name(layers_rule.linen_kwarg(layer, k)))
+
+
+def _add_layer_defaults(layer, args):
+  have = {_kw(a) for a in args}
+  out = list(args)
+  for k, v in layer.add_kwargs.items():
+    if k not in have:
+      out.append(_arg(_expr(v), k))
+  return out
+
+
+def partial_call(up, original, updated, inner):
+  """``X.partial(**kw)`` -> ``functools.partial(X, **kw)``."""
+  args = list(updated.args)
+  if any(a.keyword is None and not a.star for a in args):
+    up.todo(original, '.partial with positional arguments')
+    return updated
+  if inner.kind == 'layer':
+    layer = inner.target
+    for a in args:
+      if (layer.legacy, _kw(a)) in layers_rule.UNSUPPORTED_ARGS:
+        up.todo(original, layers_rule.UNSUPPORTED_ARGS[(layer.legacy,
+                                                        _kw(a))])
+        return updated
+    args = _add_layer_defaults(layer, [_layer_kwarg(a, layer) for a in args])
+  else:
+    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in
+           inner.target.fields + ['name']]
+    if bad:
+      up.todo(original, f'.partial binds call parameters {bad}')
+      return updated
+  up.ctx.needed_imports.add('functools')
+  up.rewrote(original, 'partial', '.partial -> functools.partial')
+  ctor = _ctor_expr(up, inner, updated.func.value)
+  return cst.Call(func=_expr('functools.partial'),
+                  args=_clean_args([_arg(ctor)] + args))
+
+
+def module_level_partial_visit(up, node):
+  """Marks ``X.partial`` callees a rule will consume (for the leftovers)."""
+  f = node.func
+  if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
+    if Resolver(up, {})(f.value) is not None:
+      up._handled.add(id(f.value))  # pylint: disable=protected-access
+      up._handled.add(id(f))  # pylint: disable=protected-access
+
+
+def module_level_partial_leave(up, original_node, updated_node):
+  """``X.partial(...)`` outside module bodies -> ``functools.partial``."""
+  f = original_node.func
+  if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
+    inner = Resolver(up, {})(f.value)
+    if inner is not None and inner.kind in ('layer', 'class'):
+      return partial_call(up, original_node, updated_node, inner)
+  return updated_node
+
+
+def _field_annotation(default_src):
+  if default_src is None:
+    return 'Any'
+  if default_src in ('True', 'False'):
+    return 'bool'
+  try:
+    value = eval(default_src, {'__builtins__': {}})  # pylint: disable=eval-used
+  except Exception:  # pylint: disable=broad-except
+    return 'Any'
+  for t in (int, float, str):
+    if type(value) is t:  # pylint: disable=unidiomatic-typecheck
+      return t.__name__
+  return 'Any'
+
+
+def _body_of(up, info, fn):
+  """The rewritten ``__call__`` FunctionDef for ``fn`` (apply / function)."""
+  rw = ApplyRewriter(up, info, fn)
+  body = fn.body.visit(rw)
+  ps = fn.params
+  plist = list(ps.posonly_params) + list(ps.params)
+  if info.kind == 'class':
+    self_param = plist[0]
+    plist = plist[1:]
+  else:
+    self_param = cst.Param(name=cst.Name('self'))
+  call_params = [p for p in plist + list(ps.kwonly_params)
+                 if p.name.value in info.call]
+  new_params = cst.Parameters(params=[self_param] + [
+      p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in call_params])
+  prologue = []
+  for f in rw.assigned_fields:
+    prologue.append(cst.parse_statement(f'{f} = self.{f}\n'))
+  if rw.used_dynamic:
+    up.ctx.needed_imports.add('itertools')
+    prologue.append(cst.parse_statement(
+        f'{AUTONAME_VAR} = itertools.count()  # legacy auto-names: one '
+        'counter for all submodules\n'))
+  if prologue:
+    stmts = list(body.body)
+    at = 1 if stmts and transform._is_docstring(stmts[0]) else 0  # pylint: disable=protected-access
+    stmts[at:at] = prologue
+    body = body.with_changes(body=stmts)
+  compact = cst.Decorator(decorator=_expr(rw._prefix() + '.compact'))  # pylint: disable=protected-access
+  return fn.with_changes(name=cst.Name('__call__'), params=new_params,
+                         body=body, decorators=[compact],
+                         leading_lines=fn.leading_lines), rw
+
+
+def _fields(up, info):
+  out = []
+  for f in info.fields:
+    if f in RESERVED_FIELDS:
+      return None, f
+    default = info.defaults.get(f)
+    ann = _field_annotation(default)
+    if ann == 'Any':
+      up.ctx.needed_imports.add('typing.Any')
+    if default is not None and default.lstrip().startswith(('[', '{')):
+      return None, f
+    line = f'{f}: {ann}' + (f' = {default}' if default is not None else '')
+    out.append(cst.parse_statement(line + '\n'))
+  if info.var_kw:
+    up.ctx.needed_imports.add('dataclasses')
+    up.ctx.needed_imports.add('typing.Any')
+    out.append(cst.parse_statement(
+        f'{info.var_kw}: Any = dataclasses.field(default_factory=dict)\n'))
+  return out, None
+
+
+def convert_class(up, node, info):
+  """A legacy Module class -> a linen dataclass module."""
+  if info.var_pos:
+    up.todo(node, f'{info.name}.apply takes *{info.var_pos}')
+    return node
+  if info.base != 'Module':
+    up.todo(node, f'{info.name} subclasses legacy {info.base}: port by hand')
+    return node
+  apply = None
+  others = []
+  for stmt in node.body.body:
+    if isinstance(stmt, cst.FunctionDef) and stmt.name.value == 'apply':
+      apply = stmt
+    elif isinstance(stmt, cst.FunctionDef):
+      others.append(stmt.name.value)
+  if apply is None:
+    up.todo(node, f'{info.name} has no apply method')
+    return node
+  fields, bad = _fields(up, info)
+  if fields is None:
+    up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
+    return node
+  call_fn, rw = _body_of(up, info, apply)
+  up.ctx.report.left.extend([])
+  new_body = []
+  placed = False
+  for stmt in node.body.body:
+    if stmt is apply:
+      if not placed:
+        new_body.extend(fields)
+        placed = True
+      new_body.append(call_fn)
+    else:
+      new_body.append(stmt if not isinstance(stmt, cst.FunctionDef)
+                      else stmt)
+  # fields go right after the docstring
+  if fields:
+    new_body = [s for s in new_body if s not in fields]
+    at = 1 if new_body and transform._is_docstring(new_body[0]) else 0  # pylint: disable=protected-access
+    first_field = fields[0]
+    if at < len(new_body):
+      fields = list(fields)
+    new_body[at:at] = fields
+  if others:
+    up.todo(node, f'{info.name}: methods {others} are legacy module methods '
+            'or helpers: check them by hand')
+  up.rewrote(node, 'module_class', f'class {info.name}: apply -> fields '
+             f'{info.fields} + __call__{tuple(info.call)}')
+  up.ctx.report.modules.append(info.report())
+  bases = [b.with_changes(value=_expr('flax.linen.Module'))
+           if facts_lib.dotted(b.value) in ('flax.nn.Module',
+                                            'flax.deprecated.nn.Module')
+           else b for b in node.bases]
+  return node.with_changes(bases=bases,
+                           body=node.body.with_changes(body=new_body))
+
+
+def convert_function(up, node, info):
+  """An ``@nn.module`` function -> a linen dataclass module class."""
+  if info.var_pos:
+    up.todo(node, f'{info.name} takes *{info.var_pos}')
+    return node
+  fields, bad = _fields(up, info)
+  if fields is None:
+    up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
+    return node
+  call_fn, _ = _body_of(up, info, node)
+  doc = []
+  stmts = list(call_fn.body.body)
+  if stmts and transform._is_docstring(stmts[0]):  # pylint: disable=protected-access
+    doc = [stmts[0]]
+    call_fn = call_fn.with_changes(body=call_fn.body.with_changes(
+        body=stmts[1:]))
+  prefix = ApplyRewriter._prefix(up)  # pylint: disable=protected-access
+  cls = cst.ClassDef(
+      name=cst.Name(info.name),
+      bases=[cst.Arg(value=_expr(prefix + '.Module'))],
+      body=cst.IndentedBlock(body=doc + fields + [
+          call_fn.with_changes(leading_lines=[cst.EmptyLine(indent=False)] if fields or
+                               doc else [])]),
+      leading_lines=node.leading_lines)
+  up.rewrote(node, 'module_function', f'@nn.module {info.name} -> class')
+  up.ctx.report.modules.append(info.report())
+  return cls
+

@@ -1,0 +1,348 @@
+"""The file-level transformer: runs every rule over one parsed file.
+
+Rules that are unsure leave the code as it was and attach
+``# TODO(flaxlegacy upgrade): <why>`` to the enclosing statement (once: a
+second run finds the comment and adds nothing).
+"""
+
+import re
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.rules import imports as imports_rule
+from flaxlegacy.upgrade.rules import jax_names
+from flaxlegacy.upgrade.rules import layers as layers_rule
+
+TODO_PREFIX = '# TODO(flaxlegacy upgrade): '
+# Legacy ``nn.X`` names that linen spells and computes the same.
+SAME_IN_LINEN = frozenset(
+    ('Module', 'initializers', 'activation', 'max_pool', 'avg_pool', 'celu',
+     'elu', 'gelu', 'glu', 'leaky_relu', 'log_sigmoid', 'log_softmax', 'relu',
+     'sigmoid', 'soft_sign', 'softmax', 'softplus', 'swish', 'tanh', 'silu',
+     'compact'))
+PROGRAM_METHODS = frozenset(('init', 'init_by_shape', 'call', 'create',
+                             'create_by_shape'))
+
+
+class FileReport:
+
+  def __init__(self):
+    self.rewritten = []
+    self.left = []
+    self.error = None
+    self.modules = []
+
+  def as_dict(self):
+    return {'rewritten': self.rewritten, 'left': self.left,
+            'modules': [m['class'] for m in self.modules],
+            'error': self.error}
+
+
+class Context:
+  """What every transformer of one file shares."""
+
+  def __init__(self, file_facts, codebase, report, positions, code_of):
+    self.facts = file_facts
+    self.codebase = codebase
+    self.report = report
+    self.positions = positions
+    self.code_of = code_of
+    self.needed_imports = set()  # 'functools', 'itertools', 'typing.Any'
+    self.line_offset = 0
+
+  def line(self, node):
+    pos = self.positions.get(node)
+    return pos.start.line + self.line_offset if pos is not None else None
+
+
+class Upgrader(cst.CSTTransformer):
+  """Generic rules: imports, removed JAX names, leftovers, and dispatch."""
+
+  def __init__(self, ctx):
+    super().__init__()
+    self.ctx = ctx
+    self._todos = []  # stack of lists, one per open statement
+    self._in_import = 0
+    self._handled = set()  # ids of original nodes a rule consumed
+
+  # -- bookkeeping --
+  def rewrote(self, node, rule, what):
+    self.ctx.report.rewritten.append(
+        {'rule': rule, 'line': self.ctx.line(node), 'what': what})
+
+  def todo(self, node, why):
+    if self._todos:
+      if why not in self._todos[-1]:
+        self._todos[-1].append(why)
+    self.ctx.report.left.append({'line': self.ctx.line(node), 'why': why})
+
+  def on_visit(self, node):
+    if isinstance(node, cst.BaseStatement):
+      self._todos.append([])
+    return super().on_visit(node)
+
+  def on_leave(self, original_node, updated_node):
+    updated = super().on_leave(original_node, updated_node)
+    if isinstance(original_node, cst.BaseStatement):
+      todos = self._todos.pop()
+      if todos and isinstance(updated, cst.BaseStatement):
+        updated = add_todos(updated, todos)
+    return updated
+
+  # -- imports --
+  def visit_Import(self, node):
+    self._in_import += 1
+
+  def visit_ImportFrom(self, node):
+    self._in_import += 1
+
+  def leave_Import(self, original_node, updated_node):
+    self._in_import -= 1
+    new = imports_rule.rewrite_import(updated_node) or jax_names.rename_import(
+        updated_node)
+    if new is not None:
+      self.rewrote(original_node, 'imports', 'import -> linen / modern path')
+      return new
+    legacy = imports_rule.is_legacy_import(updated_node)
+    if legacy:
+      self.todo(original_node, f'{legacy} is legacy API outside module '
+                'definitions (program-level: issue 15)')
+    return updated_node
+
+  def leave_ImportFrom(self, original_node, updated_node):
+    self._in_import -= 1
+    new = imports_rule.rewrite_import_from(updated_node)
+    if new is not None:
+      self.rewrote(original_node, 'imports', 'flax.nn -> flax.linen')
+      return new
+    new = jax_names.rename_import_from(updated_node)
+    if new is not None:
+      self.rewrote(original_node, 'jax_names', 'import of a removed JAX name')
+      return new
+    legacy = imports_rule.is_legacy_import(updated_node)
+    if legacy:
+      self.todo(original_node, f'{legacy} is legacy API outside module '
+                'definitions (program-level: issue 15)')
+    return updated_node
+
+  # -- removed JAX names --
+  def leave_Attribute(self, original_node, updated_node):
+    if self._in_import:
+      return updated_node
+    full = facts_lib.dotted(original_node)
+    if full in facts_lib.LEGACY_NN_MODULES and full in self.ctx.facts.nn_prefixes:
+      # ``import flax`` ... ``flax.nn.Dense``: the linen module, spelled out
+      return jax_names.expr('flax.linen')
+    q = jax_names.qualify(original_node, self.ctx.facts.imports)
+    if q in jax_names.RENAMES:
+      self.rewrote(original_node, 'jax_names', f'{q} -> '
+                   f'{jax_names.RENAMES[q]}')
+      return jax_names.expr(jax_names.spell(jax_names.RENAMES[q],
+                                            self.ctx.facts.imports))
+    if q in jax_names.UNSURE and id(original_node) not in self._handled:
+      self.todo(original_node, jax_names.UNSURE[q])
+    attr = facts_lib.legacy_attr(original_node, self.ctx.facts.nn_prefixes)
+    if attr is not None and id(original_node) not in self._handled:
+      head = attr.split('.')[0]
+      if head not in SAME_IN_LINEN:
+        why = layers_rule.UNSUPPORTED_LAYERS.get(head)
+        self.todo(original_node, f'nn.{attr}: ' + (
+            why or 'no certain linen rewrite here'))
+    elif (isinstance(original_node.value, cst.Name)
+          and self.ctx.codebase.module(self.ctx.facts,
+                                      original_node.value.value)
+          and original_node.attr.value in PROGRAM_METHODS
+          and self.ctx.facts.nn_prefixes):
+      self.todo(original_node, f'{original_node.value.value}.'
+                f'{original_node.attr.value}: legacy module life cycle is '
+                'program-level (issue 15)')
+    return updated_node
+
+  def leave_Name(self, original_node, updated_node):
+    if self._in_import:
+      return updated_node
+    full = self.ctx.facts.imports.get(original_node.value)
+    if full in jax_names.RENAMES and full != jax_names.RENAMES[full]:
+      # ``from jax import tree_multimap`` was rewritten to an alias of the
+      # modern name; the local name stays valid.
+      return updated_node
+    return updated_node
+
+  def visit_Call(self, node):
+    q = jax_names.qualify(node.func, self.ctx.facts.imports)
+    if q in jax_names.CALLS:
+      self._handled.add(id(node.func))
+    from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+    modules.module_level_partial_visit(self, node)
+    return True
+
+  def leave_Call(self, original_node, updated_node):
+    q = jax_names.qualify(original_node.func, self.ctx.facts.imports)
+    if q in jax_names.CALLS:
+      new = jax_names.rewrite_call(updated_node, q, self.ctx.facts.imports,
+                                   self.ctx.code_of)
+      if new is None:
+        self.todo(original_node, f'{q} was removed from JAX; this call form '
+                  'has no certain rewrite')
+        return updated_node
+      self.rewrote(original_node, 'jax_names', f'{q}(...) rewritten')
+      return new
+    from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+    return modules.module_level_partial_leave(self, original_node,
+                                              updated_node)
+
+  # -- module definitions (rules/modules.py) --
+  def visit_ClassDef(self, node):
+    info = self.ctx.facts.modules.get(node.name.value)
+    if info is not None and info.kind == 'class':
+      return False  # converted as a whole in leave_ClassDef
+    return True
+
+  def leave_ClassDef(self, original_node, updated_node):
+    info = self.ctx.facts.modules.get(original_node.name.value)
+    if info is None or info.kind != 'class':
+      return updated_node
+    from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+    return modules.convert_class(self, original_node, info)
+
+  def visit_FunctionDef(self, node):
+    info = self.ctx.facts.modules.get(node.name.value)
+    if info is not None and info.kind == 'function':
+      return False
+    return True
+
+  def leave_FunctionDef(self, original_node, updated_node):
+    info = self.ctx.facts.modules.get(original_node.name.value)
+    if info is None or info.kind != 'function':
+      return updated_node
+    from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+    return modules.convert_function(self, original_node, info)
+
+
+def add_todos(stmt, todos):
+  lines = list(stmt.leading_lines)
+  existing = {l.comment.value for l in lines if l.comment is not None}
+  indent = True
+  for why in todos:
+    text = TODO_PREFIX + why.replace('\n', ' ')
+    if text not in existing:
+      lines.append(cst.EmptyLine(indent=indent, comment=cst.Comment(text)))
+  return stmt.with_changes(leading_lines=lines)
+
+
+def add_imports(module, needed):
+  """Adds ``import functools`` etc. after the last top-level import."""
+  have = set()
+  last = -1
+  for i, stmt in enumerate(module.body):
+    if isinstance(stmt, cst.SimpleStatementLine):
+      for s in stmt.body:
+        if isinstance(s, cst.Import):
+          last = i
+          for a in s.names:
+            have.add(facts_lib.dotted(a.name))
+        elif isinstance(s, cst.ImportFrom):
+          last = i
+          if s.module is not None and not isinstance(s.names, cst.ImportStar):
+            for a in s.names:
+              have.add(f'{facts_lib.dotted(s.module)}.{facts_lib.dotted(a.name)}')
+  new = []
+  for name in sorted(needed):
+    if name in have:
+      continue
+    if '.' in name:
+      mod, _, attr = name.rpartition('.')
+      new.append(cst.parse_statement(f'from {mod} import {attr}\n'))
+    else:
+      new.append(cst.parse_statement(f'import {name}\n'))
+  if not new:
+    return module
+  body = list(module.body)
+  if last < 0:
+    # after a module docstring, if any
+    last = 0 if body and _is_docstring(body[0]) else -1
+  body[last + 1:last + 1] = new
+  return module.with_changes(body=body)
+
+
+def _is_docstring(stmt):
+  return (isinstance(stmt, cst.SimpleStatementLine) and stmt.body
+          and isinstance(stmt.body[0], cst.Expr)
+          and isinstance(stmt.body[0].value, (cst.SimpleString,
+                                              cst.ConcatenatedString)))
+
+
+def parse(code):
+  return cst.parse_module(code)
+
+
+def _relevance(file_facts, codebase):
+  """A regex matching statement text that some rule may rewrite."""
+  from flaxlegacy.upgrade.rules import jax_names  # pylint: disable=g-import-not-at-top
+  words = set()
+  for q in list(jax_names.RENAMES) + list(jax_names.UNSURE) + list(
+      jax_names.CALLS) + list(jax_names.MODULE_RENAMES):
+    words.add(q.rsplit('.', 1)[-1])
+  words.update(file_facts.modules)
+  words.update(file_facts.partial_helpers)
+  for f in codebase.files.values():
+    words.update(f.modules)
+  words.update(p.split('.')[-1] for p in file_facts.nn_prefixes)
+  alternatives = [r'\bimport\b', r'\.partial\b', 'jax\\.config']
+  alternatives += [r'\b' + re.escape(w) + r'\b' for w in sorted(words)]
+  return re.compile('|'.join(alternatives))
+
+
+def upgrade_module(path, module, codebase, report, statement_texts=None):
+  """Rewrites one parsed file; returns the new source.
+
+  Only top-level statements whose text matches ``_relevance`` are walked;
+  positions (for the report's line numbers) are resolved per walked
+  statement.
+  """
+  file_facts = codebase.files[path]
+  # Program-level rules first (rules/programs.py, issue 15), on the legacy
+  # source, then the module rules on the result.
+  from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
+  if programs.relevant(file_facts):
+    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
+    pctx = Context(file_facts, codebase, report,
+                   wrapper.resolve(PositionProvider),
+                   wrapper.module.code_for_node)
+    try:
+      new_module = programs.run(pctx, wrapper.module)
+    except Exception as e:  # pylint: disable=broad-except
+      # A program-level construct the pass does not know: the module rules
+      # still run; the report says what was not rewritten.
+      report.left.append({'line': None, 'why': 'program-level rules failed '
+                          f'on this file ({type(e).__name__}: '
+                          f'{str(e).splitlines()[0] if str(e) else ""}); '
+                          'program code left as it was'})
+      new_module = module
+    if not new_module.deep_equals(module):
+      module, statement_texts = new_module, None
+  ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
+  upgrader = Upgrader(ctx)
+  if statement_texts is None:
+    statement_texts = [module.code_for_node(s) for s in module.body]
+  relevant = _relevance(file_facts, codebase)
+  line = 1 + sum(1 for _ in module.header)
+  body = []
+  changed = False
+  for stmt, text in zip(module.body, statement_texts):
+    if relevant.search(text):
+      wrapper = MetadataWrapper(cst.Module(body=[stmt]), unsafe_skip_copy=True)
+      ctx.positions = wrapper.resolve(PositionProvider)
+      ctx.line_offset = line - 1
+      new = stmt.visit(upgrader)
+      changed = changed or new is not stmt
+      body.append(new)
+    else:
+      body.append(stmt)
+    line += text.count('\n')
+  new = module.with_changes(body=body) if changed else module
+  if ctx.needed_imports:
+    new = add_imports(new, ctx.needed_imports)
+  return new.code

@@ -1,0 +1,129 @@
+"""Numeric verification: the upgraded module against the legacy one.
+
+For one module class: initialise the legacy module (``init`` on the inputs,
+under
+``nn.stateful`` / ``nn.stochastic``), perturb every parameter (``p + 0.1 *
+N(0, 1)``, so zero-initialised heads and scales do not make the comparison
+vacuous), run it; then, in a subprocess with ``FLAXLEGACY=off``, initialise
+the upgraded linen module (its parameter tree must have the legacy names and
+shapes), run it on the same parameters, state and inputs with
+``mutable=['batch_stats']``, and compare outputs and updated batch
+statistics: ``|upgraded - legacy| <= rtol * (|legacy| + max|legacy|)``,
+rtol 1e-5 by default (float32; the max term keeps entries near zero from
+failing on float rounding).  Dropout masks come from different streams, so
+verification runs in deterministic mode: pass the hyper-parameters that
+switch dropout off (``train=False`` ...).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+
+def _run(args, env_off, cwd):
+  env = dict(os.environ)
+  if env_off:
+    env['FLAXLEGACY'] = 'off'
+  env.setdefault('JAX_PLATFORMS', 'cpu')
+  root = os.path.dirname(os.path.dirname(os.path.dirname(
+      os.path.abspath(__file__))))
+  env['PYTHONPATH'] = root + os.pathsep + env.get('PYTHONPATH', '')
+  return subprocess.run(
+      [sys.executable, '-m', 'flaxlegacy.upgrade._verify_worker'] + args,
+      env=env, cwd=cwd, capture_output=True, text=True, check=False)
+
+
+def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
+                  fields=None, call=None, var_kw=None, rtol=1e-5, seed=0,
+                  perturb=0.1):
+  """Verifies one upgraded module class; returns a result dict.
+
+  Args:
+    legacy_file, upgraded_file: the source file before and after the upgrade.
+    class_name: the module class (or ``@nn.module`` function) name.
+    inputs: ``[(shape, dtype name), ...]`` of the positional inputs.
+    hyper: the legacy hyper-parameters (what ``.partial`` would bind).
+    fields, call, var_kw: the split from upgrade.json's ``modules`` entry.
+    rtol: the tolerance (see the module docstring).
+    seed: PRNG seed of initialisation and inputs.
+    perturb: standard deviation of the noise added to every parameter.
+  Returns:
+    ``{'status': 'ok' | 'mismatch' | 'error', 'detail': ..., ...}``.
+  """
+  return verify_modules(legacy_file, upgraded_file, [dict(
+      class_name=class_name, inputs=inputs, hyper=hyper, fields=fields,
+      call=call, var_kw=var_kw)], rtol=rtol, seed=seed, perturb=perturb)[0]
+
+
+def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
+                   perturb=0.1):
+  """Several ``verify_module`` checks of one file pair, two processes in all.
+
+  ``checks``: dicts with the keyword arguments of ``verify_module``
+  (``class_name``, ``inputs``, ``hyper``, ``fields``, ``call``, ``var_kw``).
+  """
+  spec = {'legacy_file': os.path.abspath(legacy_file),
+          'upgraded_file': os.path.abspath(upgraded_file),
+          'checks': [{
+              'class': c['class_name'], 'hyper': dict(c.get('hyper') or {}),
+              'inputs': [[list(s), str(d)] for s, d in c['inputs']],
+              'fields': list(c.get('fields') or []),
+              'call': list(c.get('call') or []), 'var_kw': c.get('var_kw'),
+              'rtol': rtol, 'seed': seed, 'perturb': perturb}
+                     for c in checks]}
+  with tempfile.TemporaryDirectory() as tmp:
+    spec_path = os.path.join(tmp, 'spec.json')
+    with open(spec_path, 'w') as f:
+      json.dump(spec, f)
+    legacy_out = os.path.join(tmp, 'legacy.pkl')
+    linen_out = os.path.join(tmp, 'linen.json')
+    p = _run(['legacy', spec_path, legacy_out], False, tmp)
+    if p.returncode:
+      return [{'status': 'error', 'side': 'legacy',
+               'detail': (p.stderr.strip().splitlines() or ['?'])[-1],
+               'stderr': p.stderr[-4000:]}] * len(checks)
+    p = _run(['linen', spec_path, linen_out, legacy_out], True, tmp)
+    if p.returncode:
+      return [{'status': 'error', 'side': 'upgraded',
+               'detail': (p.stderr.strip().splitlines() or ['?'])[-1],
+               'stderr': p.stderr[-4000:]}] * len(checks)
+    with open(linen_out) as f:
+      results = json.load(f)
+  for result in results:
+    if 'error' in result:
+      result['status'] = 'error'
+      result['detail'] = result['error']
+      continue
+    ok = result['match'] and result['tree'] and not result['legacy_imported']
+    result['status'] = 'ok' if ok else 'mismatch'
+    if not ok:
+      result['detail'] = ('parameter tree differs' if not result['tree'] else
+                          'legacy API imported by upgraded code'
+                          if result['legacy_imported'] else
+                          f"outputs differ (max rel err "
+                          f"{result['max_rel_err']:.3g})")
+  return results
+
+
+def verify_codebase(files, codebase, upgraded_root):
+  """``--verify``: every class with literal ``init_by_shape`` shapes."""
+  results = []
+  if upgraded_root is None:
+    return results
+  by_rel = {sf.rel: sf for sf in files}
+  for rel, facts in codebase.files.items():
+    for shapes in facts.init_shapes:
+      info = codebase.module(facts, shapes['class'])
+      if info is None or info.file not in by_rel:
+        continue
+      res = verify_module(
+          by_rel[info.file].path, os.path.join(upgraded_root, info.file),
+          info.name, shapes['inputs'], shapes['kwargs'], info.fields,
+          info.call, info.var_kw)
+      res.update({'file': info.file, 'class': info.name,
+                  'inputs': shapes['inputs'], 'hyper': shapes['kwargs']})
+      res.pop('stderr', None)
+      results.append(res)
+  return results
