@@ -160,16 +160,6 @@ class Upgrader(cst.CSTTransformer):
                 'program-level (issue 15)')
     return updated_node
 
-  def leave_Name(self, original_node, updated_node):
-    if self._in_import:
-      return updated_node
-    full = self.ctx.facts.imports.get(original_node.value)
-    if full in jax_names.RENAMES and full != jax_names.RENAMES[full]:
-      # ``from jax import tree_multimap`` was rewritten to an alias of the
-      # modern name; the local name stays valid.
-      return updated_node
-    return updated_node
-
   def visit_Call(self, node):
     q = jax_names.qualify(node.func, self.ctx.facts.imports)
     if q in jax_names.CALLS:

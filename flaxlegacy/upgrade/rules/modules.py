@@ -901,7 +901,6 @@ def convert_class(up, node, info):
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
   call_fn, rw = _body_of(up, info, apply)
-  up.ctx.report.left.extend([])
   new_body = []
   placed = False
   for stmt in node.body.body:
@@ -911,15 +910,11 @@ def convert_class(up, node, info):
         placed = True
       new_body.append(call_fn)
     else:
-      new_body.append(stmt if not isinstance(stmt, cst.FunctionDef)
-                      else stmt)
+      new_body.append(stmt)
   # fields go right after the docstring
   if fields:
     new_body = [s for s in new_body if s not in fields]
     at = 1 if new_body and transform._is_docstring(new_body[0]) else 0  # pylint: disable=protected-access
-    first_field = fields[0]
-    if at < len(new_body):
-      fields = list(fields)
     new_body[at:at] = fields
   if others:
     up.todo(node, f'{info.name}: methods {others} are legacy module methods '
