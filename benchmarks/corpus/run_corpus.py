@@ -303,6 +303,8 @@ def merge(corpus, args):
           continue
         fi[side] = {'seconds': rec['seconds'], 'timed_out': rec['timed_out'],
                     'returncode': rec['returncode']}
+        if rec.get('flaxlegacy_commit'):
+          fi['flaxlegacy_commit'] = rec['flaxlegacy_commit']
         for case in rec['cases']:
           t = tests.setdefault(case['id'], {})
           t[side] = case['outcome']
@@ -310,7 +312,9 @@ def merge(corpus, args):
             t[side + '_detail'] = case['detail']
     for t in tests.values():
       a, b = t.get('flaxlegacy'), t.get('oracle')
-      if a == 'passed' and b == 'passed':
+      if a is None or b is None:
+        t['class'] = 'incomplete'   # one side has not run this file yet
+      elif a == 'passed' and b == 'passed':
         t['class'] = 'both'
       elif b == 'passed' and a != 'passed':
         t['class'] = 'oracle_only'
@@ -328,22 +332,23 @@ def merge(corpus, args):
 
 def summarize(merged):
   total = {}
-  print('%-22s %6s %6s %8s %8s %8s' % ('codebase', 'tests', 'both',
-                                       'oracle-', 'flaxleg-', 'neither'))
+  print('%-22s %6s %6s %8s %8s %8s %6s' % ('codebase', 'tests', 'both',
+                                           'oracle-', 'flaxleg-', 'neither',
+                                           'one-side'))
   for name, cb in merged['codebases'].items():
     counts = {'both': 0, 'oracle_only': 0, 'flaxlegacy_only': 0,
-              'neither': 0}
+              'neither': 0, 'incomplete': 0}
     for t in cb['tests'].values():
       counts[t['class']] += 1
     for k, v in counts.items():
       total[k] = total.get(k, 0) + v
-    print('%-22s %6d %6d %8d %8d %8d' % (
+    print('%-22s %6d %6d %8d %8d %8d %6d' % (
         name, sum(counts.values()), counts['both'], counts['oracle_only'],
-        counts['flaxlegacy_only'], counts['neither']))
-  print('%-22s %6d %6d %8d %8d %8d' % (
+        counts['flaxlegacy_only'], counts['neither'], counts['incomplete']))
+  print('%-22s %6d %6d %8d %8d %8d %6d' % (
       'TOTAL', sum(total.values()), total.get('both', 0),
       total.get('oracle_only', 0), total.get('flaxlegacy_only', 0),
-      total.get('neither', 0)))
+      total.get('neither', 0), total.get('incomplete', 0)))
   print('(oracle-: passes only under legacy Flax = a gap; flaxleg-: passes '
         'only under flaxlegacy)')
 
@@ -358,7 +363,8 @@ def markdown(corpus, merged):
   out = []
   labels = {'oracle_only': 'Pass only under legacy Flax (gaps)',
             'flaxlegacy_only': 'Pass only under flaxlegacy',
-            'neither': 'Fail on both sides'}
+            'neither': 'Fail on both sides',
+            'incomplete': 'Run on one side only so far'}
   for cb in corpus['codebases']:
     res = merged['codebases'].get(cb['name'])
     if not res:
@@ -369,17 +375,26 @@ def markdown(corpus, merged):
       counts[t['class']] = counts.get(t['class'], 0) + 1
     out.append('### %s\n' % cb['name'])
     out.append('%d tests: **%d pass on both sides**, %d only under legacy '
-               'Flax, %d only under flaxlegacy, %d on neither.\n' % (
+               'Flax, %d only under flaxlegacy, %d on neither%s.\n' % (
                    len(tests), counts.get('both', 0),
                    counts.get('oracle_only', 0),
-                   counts.get('flaxlegacy_only', 0), counts.get('neither', 0)))
+                   counts.get('flaxlegacy_only', 0), counts.get('neither', 0),
+                   (', %d run on one side only so far' % counts['incomplete'])
+                   if counts.get('incomplete') else ''))
+    if cb.get('pytest_args_why'):
+      out.append('Run with `%s`: %s.\n' % (' '.join(cb['pytest_args']),
+                                            cb['pytest_args_why']))
+    commits = sorted({v['flaxlegacy_commit'][:7] for v in res['files'].values()
+                      if v.get('flaxlegacy_commit')})
+    if commits:
+      out.append('flaxlegacy side: main at %s.\n' % ', '.join(commits))
     skipped = {f: v['skipped'] for f, v in res['files'].items()
                if 'skipped' in v}
     if skipped:
       out.append('Not run: ' + '; '.join('`%s` (%s)' % (f, why)
                                          for f, why in sorted(skipped.items()))
                  + '.\n')
-    for klass in ('oracle_only', 'flaxlegacy_only', 'neither'):
+    for klass in ('oracle_only', 'flaxlegacy_only', 'neither', 'incomplete'):
       groups = {}
       for tid, t in tests.items():
         if t['class'] != klass:

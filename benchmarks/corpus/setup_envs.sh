@@ -45,6 +45,9 @@ layer() {  # layer NEW BASE CONSTRAINTS TF_TEXT_SPEC
   # A dependency resolved against the constraints may have put a second
   # flax in the layer (clu depends on flax): the base's must win.
   if [ -d "$site/flax" ]; then "$new/bin/pip" uninstall -y -q flax; fi
+  # The same environment shim on both sides (shims/corpus_tf_shims.py).
+  cp "$here/shims/corpus_tf_shims.py" "$site/"
+  echo "import corpus_tf_shims" >"$site/zz_corpus_tf_shims.pth"
 }
 
 oracle_cons="$(mktemp)"
