@@ -31,7 +31,7 @@ ORACLE_REQS="${ORACLE_REQS:-$root/../shared/conformance/oracle/requirements-orac
 
 # What the corpus's test files import beyond flaxlegacy / the oracle's set.
 EXTRAS=(gin-config ml_collections jraph sentencepiece pandas tf_slim gym
-        opencv-python-headless clu)
+        opencv-python-headless clu mock)
 
 layer() {  # layer NEW BASE CONSTRAINTS TF_TEXT_SPEC
   local new="$1" base="$2" cons="$3" tftext="$4"
