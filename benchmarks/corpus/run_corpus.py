@@ -1,0 +1,468 @@
+#!/usr/bin/env python3
+"""Run real 2020-2021 legacy-Flax codebases' own tests under flaxlegacy and
+under the legacy oracle, and record every test's outcome on both sides.
+
+Not run by CI (slow, needs local snapshots and two extra virtualenvs).
+docs/corpus.md says what the corpus is, how to set it up, and what it found.
+
+    python benchmarks/corpus/run_corpus.py                  # everything, resumable
+    python benchmarks/corpus/run_corpus.py --only rigl --side flaxlegacy --force
+    python benchmarks/corpus/run_corpus.py --report         # merge + summary only
+
+Each codebase (benchmarks/corpus/corpus.json) is extracted at its pinned
+commit from a local bare mirror (`git archive`, no network), then each of its
+test files runs unchanged as `python -m pytest FILE` in a process of its own,
+one at a time, with a per-file timeout; the outcome of every test case comes
+from pytest's JUnit XML. One JSON per (codebase, side, file) lands under
+--results, so an interrupted run resumes where it stopped (--force reruns).
+
+The sides are parameters: --flaxlegacy-python / --flaxlegacy-path (the
+checkout put first on PYTHONPATH) / --flaxlegacy-env KEY=VAL, and
+--oracle-python VERSION=PYTHON for each legacy Flax version a codebase asks
+for (0.3.5 for `from flax import nn`).
+"""
+
+import argparse
+import fnmatch
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import io
+import time
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DEFAULT_CORPUS = os.path.join(HERE, 'corpus.json')
+DEFAULT_RESULTS = os.path.join(HERE, 'results')
+SIDES = ('flaxlegacy', 'oracle')
+
+# One thread each: the machine is shared; tests run strictly one at a time.
+BASE_ENV = {
+    'JAX_PLATFORMS': 'cpu',
+    'TF_CPP_MIN_LOG_LEVEL': '3',
+    'OMP_NUM_THREADS': '1',
+    'TF_NUM_INTRAOP_THREADS': '1',
+    'TF_NUM_INTEROP_THREADS': '1',
+    'PYTHONDONTWRITEBYTECODE': '1',
+    'PYTHONHASHSEED': '0',
+    'CUDA_VISIBLE_DEVICES': '',
+}
+
+
+def parse_kv(items):
+  out = {}
+  for item in items or ():
+    if '=' not in item:
+      raise SystemExit('expected KEY=VALUE, got %r' % item)
+    k, v = item.split('=', 1)
+    out[k] = v
+  return out
+
+
+def load_corpus(path):
+  with open(path) as f:
+    corpus = json.load(f)
+  names = [c['name'] for c in corpus['codebases']]
+  if len(set(names)) != len(names):
+    raise SystemExit('corpus.json: duplicate codebase names')
+  return corpus
+
+
+def mirror_dir(corpus, cb, mirror_root):
+  return os.path.join(cb.get('mirror_root', mirror_root), cb['mirror'], 'repo')
+
+
+def extract(cb, corpus, args):
+  """Extracts cb's paths at its commit into WORK/name/src (idempotent)."""
+  dest = os.path.join(args.workdir, cb['name'], 'src')
+  stamp = os.path.join(args.workdir, cb['name'], 'EXTRACTED')
+  want = '%s %s' % (cb['commit'], ' '.join(cb['paths']))
+  if os.path.exists(stamp) and open(stamp).read() == want:
+    return dest
+  if os.path.exists(dest):
+    shutil.rmtree(dest)
+  os.makedirs(dest)
+  gitdir = mirror_dir(corpus, cb, args.mirror_root)
+  if not os.path.isdir(gitdir):
+    raise SystemExit('%s: no local mirror at %s (fetch github:%s first)'
+                     % (cb['name'], gitdir, cb['repo']))
+  target = os.path.join(dest, cb.get('prefix', ''))
+  os.makedirs(target, exist_ok=True)
+  data = subprocess.run(
+      ['git', '--git-dir', gitdir, 'archive', cb['commit'], '--'] +
+      cb['paths'], check=True, capture_output=True).stdout
+  with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+    tar.extractall(target, filter='data')
+  with open(stamp, 'w') as f:
+    f.write(want)
+  return dest
+
+
+def test_files(cb, src):
+  files = set()
+  for pattern in cb['tests']:
+    for p in glob.glob(os.path.join(src, pattern), recursive=True):
+      files.add(os.path.relpath(p, src))
+  return sorted(files)
+
+
+def side_command(side, cb, args):
+  """(python, extra PYTHONPATH entries first, extra env) for one side."""
+  if side == 'flaxlegacy':
+    return (args.flaxlegacy_python, [args.flaxlegacy_path],
+            parse_kv(args.flaxlegacy_env))
+  version = cb.get('oracle', '0.3.5')
+  pythons = parse_kv(args.oracle_python)
+  if version not in pythons:
+    raise SystemExit('%s wants oracle flax %s: pass --oracle-python %s=PYTHON'
+                     % (cb['name'], version, version))
+  return pythons[version], [], parse_kv(args.oracle_env)
+
+
+_ERR_LINE = re.compile(r'^E\s+(.*)$')
+_EXC_LINE = re.compile(r'^[\w.]+(Error|Exception|Exit|Interrupt|Warning)\b')
+
+
+def _detail(text, message):
+  """The most telling line of a failure: the last `E   Xxx: ...` line."""
+  lines = [m.group(1) for m in map(_ERR_LINE.match, (text or '').splitlines())
+           if m]
+  named = [l for l in lines if re.match(r'^[\w.]+(Error|Exception|Exit|'
+                                        r'Interrupt|Warning)\b', l)]
+  if not lines:  # not pytest's format (absltest's XML): the traceback itself
+    raw = [l.strip() for l in (text or '').splitlines() if l.strip()]
+    named = [l for l in raw if _EXC_LINE.match(l)]
+    lines = raw
+  pick = named[-1] if named else (lines[-1] if lines else (message or ''))
+  return pick.strip()[:400]
+
+
+def parse_junit(path, relfile):
+  tree = ET.parse(path)
+  cases = []
+  for tc in tree.iter('testcase'):
+    classname = tc.get('classname', '')
+    name = tc.get('name', '')
+    outcome, detail = 'passed', ''
+    if tc.get('result') in ('suppressed', 'skipped') or (
+        tc.get('status') == 'notrun'):   # absltest's XML for a skipped test
+      outcome = 'skipped'
+    for child in tc:
+      if child.tag in ('failure', 'error'):
+        outcome = 'failed' if child.tag == 'failure' else 'error'
+        detail = _detail(child.text, child.get('message'))
+        break
+      if child.tag == 'skipped':
+        outcome = 'skipped'
+        detail = (child.get('message') or '')[:400]
+        break
+    if not classname and name:   # collection error: pytest names the file
+      test_id = relfile + '::<collection>'
+    else:
+      test_id = relfile + '::' + classname.split('.')[-1] + '::' + name
+    cases.append({'id': test_id, 'outcome': outcome, 'detail': detail})
+  return cases
+
+
+def run_file(cb, side, relfile, src, args):
+  python, pre_path, extra_env = side_command(side, cb, args)
+  env = dict(os.environ)
+  for k in ('PYTHONPATH', 'XLA_FLAGS', 'FLAXLEGACY', 'VIRTUAL_ENV'):
+    env.pop(k, None)
+  env.update(BASE_ENV)
+  env['HOME'] = os.path.join(args.workdir, 'home')
+  env['TFDS_DATA_DIR'] = os.path.join(args.workdir, 'tfds')
+  env['TMPDIR'] = os.path.join(args.workdir, cb['name'], 'tmp-' + side)
+  for d in (env['HOME'], env['TFDS_DATA_DIR'], env['TMPDIR']):
+    os.makedirs(d, exist_ok=True)
+  env.update(cb.get('env', {}))
+  env.update(extra_env)
+  env['PYTHONPATH'] = os.pathsep.join(
+      pre_path + [os.path.join(src, p) for p in cb.get('pythonpath', ['.'])])
+  xml = os.path.join(args.workdir, cb['name'], 'junit-%s.xml' % side)
+  if os.path.exists(xml):
+    os.remove(xml)
+  if cb.get('harness', 'pytest') == 'absltest':
+    # The file's own `absltest.main()` (flags parsed, as its authors ran it),
+    # JUnit XML from absl's reporter.
+    module = relfile[:-3].replace('/', '.')
+    cmd = ['nice', '-n', '10', python, '-m', module, '--xml_output_file=' + xml]
+  else:
+    cmd = ['nice', '-n', '10', python, '-m', 'pytest', relfile, '-q', '-rA',
+           '-p', 'no:cacheprovider', '--junitxml', xml,
+           '-o', 'junit_family=xunit1', '--rootdir', src] + cb.get(
+               'pytest_args', [])
+  commit = (_checkout_commit(args.flaxlegacy_path)
+            if side == 'flaxlegacy' else None)
+  start = time.time()
+  proc = subprocess.Popen(cmd, cwd=os.path.join(src, cb.get('cwd', '.')),
+                          env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, start_new_session=True)
+  timed_out = False
+  try:
+    out, _ = proc.communicate(timeout=args.timeout)
+  except subprocess.TimeoutExpired:
+    timed_out = True
+    os.killpg(proc.pid, signal.SIGKILL)
+    out, _ = proc.communicate()
+  elapsed = round(time.time() - start, 1)
+  tail = out.decode('utf-8', 'replace').splitlines()[-15:]
+  record = {'codebase': cb['name'], 'side': side, 'file': relfile,
+            'returncode': proc.returncode, 'seconds': elapsed,
+            'timed_out': timed_out, 'tail': tail,
+            'python': python, 'env': dict(extra_env)}
+  if side == 'flaxlegacy':
+    record['flaxlegacy_commit'] = commit
+  if not timed_out and os.path.exists(xml):
+    record['cases'] = parse_junit(xml, relfile)
+  else:
+    exc = [l.strip() for l in tail if _EXC_LINE.match(l.strip())]
+    why = ('timeout after %ds' % args.timeout) if timed_out else (
+        exc[-1][:400] if exc else 'no JUnit XML (exit %s): %s' % (
+            proc.returncode, ' | '.join(tail[-3:])[:400]))
+    record['cases'] = [{'id': relfile + '::<collection>', 'outcome': 'error',
+                        'detail': why}]
+  return record
+
+
+def _checkout_commit(path):
+  try:
+    return subprocess.run(['git', '-C', path, 'rev-parse', 'HEAD'],
+                          capture_output=True, text=True,
+                          check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return None
+
+
+def result_path(args, name, side, relfile):
+  slug = relfile.replace('/', '__')
+  return os.path.join(args.results, 'raw', name, side, slug + '.json')
+
+
+def prepare_data(args):
+  """TFDS mnist for both sides: flaxlegacy's offline stand-in (no network)."""
+  tfds_dir = os.path.join(args.workdir, 'tfds')
+  if os.path.isdir(os.path.join(tfds_dir, 'mnist')):
+    return
+  env = dict(os.environ, PYTHONPATH=args.flaxlegacy_path)
+  subprocess.run([args.flaxlegacy_python, '-m', 'flaxlegacy', 'data', 'mnist',
+                  '--data_dir', tfds_dir], check=True, env=env)
+
+
+def cmd_run(corpus, args):
+  prepare_data(args)
+  for cb in corpus['codebases']:
+    if args.only and cb['name'] not in args.only:
+      continue
+    src = extract(cb, corpus, args)
+    files = test_files(cb, src)
+    if args.files:
+      files = [f for f in files if any(fnmatch.fnmatch(f, g)
+                                       for g in args.files)]
+    skip = cb.get('skip_files', {})
+    sides = SIDES if args.side == 'both' else (args.side,)
+    for relfile in files:
+      for side in sides:
+        out = result_path(args, cb['name'], side, relfile)
+        if relfile in skip:
+          record = {'codebase': cb['name'], 'side': side, 'file': relfile,
+                    'skipped_file': skip[relfile], 'cases': []}
+        elif os.path.exists(out) and not args.force:
+          continue
+        else:
+          print('[%s] %s %s ...' % (side, cb['name'], relfile), flush=True)
+          record = run_file(cb, side, relfile, src, args)
+          counts = {}
+          for c in record['cases']:
+            counts[c['outcome']] = counts.get(c['outcome'], 0) + 1
+          print('    %.0fs %s' % (record['seconds'], counts), flush=True)
+        os.makedirs(os.path.dirname(out), exist_ok=True)
+        with open(out, 'w') as f:
+          json.dump(record, f, indent=1, sort_keys=True)
+
+
+def merge(corpus, args):
+  """results.json: every test with its outcome on each side, by codebase."""
+  merged = {'codebases': {}}
+  for cb in corpus['codebases']:
+    tests, files = {}, {}
+    for side in SIDES:
+      for path in sorted(glob.glob(os.path.join(args.results, 'raw',
+                                                cb['name'], side, '*.json'))):
+        with open(path) as f:
+          rec = json.load(f)
+        fi = files.setdefault(rec['file'], {})
+        if 'skipped_file' in rec:
+          fi['skipped'] = rec['skipped_file']
+          continue
+        fi[side] = {'seconds': rec['seconds'], 'timed_out': rec['timed_out'],
+                    'returncode': rec['returncode']}
+        if rec.get('flaxlegacy_commit'):
+          fi['flaxlegacy_commit'] = rec['flaxlegacy_commit']
+        for case in rec['cases']:
+          t = tests.setdefault(case['id'], {})
+          t[side] = case['outcome']
+          if case['outcome'] not in ('passed',):
+            t[side + '_detail'] = case['detail']
+    for t in tests.values():
+      a, b = t.get('flaxlegacy'), t.get('oracle')
+      if a is None or b is None:
+        t['class'] = 'incomplete'   # one side has not run this file yet
+      elif a == 'passed' and b == 'passed':
+        t['class'] = 'both'
+      elif b == 'passed' and a != 'passed':
+        t['class'] = 'oracle_only'
+      elif a == 'passed' and b != 'passed':
+        t['class'] = 'flaxlegacy_only'
+      else:
+        t['class'] = 'neither'
+    merged['codebases'][cb['name']] = {
+        'repo': cb['repo'], 'commit': cb['commit'], 'files': files,
+        'tests': dict(sorted(tests.items()))}
+  with open(os.path.join(args.results, 'results.json'), 'w') as f:
+    json.dump(merged, f, indent=1, sort_keys=True)
+  return merged
+
+
+def summarize(merged):
+  total = {}
+  print('%-22s %6s %6s %8s %8s %8s %6s' % ('codebase', 'tests', 'both',
+                                           'oracle-', 'flaxleg-', 'neither',
+                                           'one-side'))
+  for name, cb in merged['codebases'].items():
+    counts = {'both': 0, 'oracle_only': 0, 'flaxlegacy_only': 0,
+              'neither': 0, 'incomplete': 0}
+    for t in cb['tests'].values():
+      counts[t['class']] += 1
+    for k, v in counts.items():
+      total[k] = total.get(k, 0) + v
+    print('%-22s %6d %6d %8d %8d %8d %6d' % (
+        name, sum(counts.values()), counts['both'], counts['oracle_only'],
+        counts['flaxlegacy_only'], counts['neither'], counts['incomplete']))
+  print('%-22s %6d %6d %8d %8d %8d %6d' % (
+      'TOTAL', sum(total.values()), total.get('both', 0),
+      total.get('oracle_only', 0), total.get('flaxlegacy_only', 0),
+      total.get('neither', 0), total.get('incomplete', 0)))
+  print('(oracle-: passes only under legacy Flax = a gap; flaxleg-: passes '
+        'only under flaxlegacy)')
+
+
+def _short(test_id):
+  return test_id.split('::', 1)[1] if '::' in test_id else test_id
+
+
+def markdown(corpus, merged):
+  """The generated part of docs/corpus.md: per codebase, every test that
+  does not pass on both sides, grouped by the pair of failure lines."""
+  out = []
+  labels = {'oracle_only': 'Pass only under legacy Flax (gaps)',
+            'flaxlegacy_only': 'Pass only under flaxlegacy',
+            'neither': 'Fail on both sides',
+            'incomplete': 'Run on one side only so far'}
+  for cb in corpus['codebases']:
+    res = merged['codebases'].get(cb['name'])
+    if not res:
+      continue
+    tests = res['tests']
+    counts = {}
+    for t in tests.values():
+      counts[t['class']] = counts.get(t['class'], 0) + 1
+    out.append('### %s\n' % cb['name'])
+    out.append('%d tests: **%d pass on both sides**, %d only under legacy '
+               'Flax, %d only under flaxlegacy, %d on neither%s.\n' % (
+                   len(tests), counts.get('both', 0),
+                   counts.get('oracle_only', 0),
+                   counts.get('flaxlegacy_only', 0), counts.get('neither', 0),
+                   (', %d run on one side only so far' % counts['incomplete'])
+                   if counts.get('incomplete') else ''))
+    if cb.get('pytest_args_why'):
+      out.append('Run with `%s`: %s.\n' % (' '.join(cb['pytest_args']),
+                                            cb['pytest_args_why']))
+    commits = sorted({v['flaxlegacy_commit'][:7] for v in res['files'].values()
+                      if v.get('flaxlegacy_commit')})
+    if commits:
+      out.append('flaxlegacy side: main at %s.\n' % ', '.join(commits))
+    skipped = {f: v['skipped'] for f, v in res['files'].items()
+               if 'skipped' in v}
+    if skipped:
+      out.append('Not run: ' + '; '.join('`%s` (%s)' % (f, why)
+                                         for f, why in sorted(skipped.items()))
+                 + '.\n')
+    for klass in ('oracle_only', 'flaxlegacy_only', 'neither', 'incomplete'):
+      groups = {}
+      for tid, t in tests.items():
+        if t['class'] != klass:
+          continue
+        key = (t.get('flaxlegacy', '-'), t.get('flaxlegacy_detail', ''),
+               t.get('oracle', '-'), t.get('oracle_detail', ''))
+        groups.setdefault(key, []).append(tid)
+      if not groups:
+        continue
+      out.append('%s:\n' % labels[klass])
+      for (fo, fd, oo, od), tids in sorted(groups.items(),
+                                           key=lambda kv: kv[1][0]):
+        files = sorted({tid.split('::')[0].split('/')[-1] for tid in tids})
+        names = ', '.join('`%s`' % _short(t) for t in tids[:6])
+        more = ' and %d more' % (len(tids) - 6) if len(tids) > 6 else ''
+        out.append('- %d in %s: %s%s' % (len(tids), ', '.join(files), names,
+                                         more))
+        if fo != 'passed':
+          out.append('  - flaxlegacy (%s): `%s`' % (fo, fd.replace('`', "'")[:220]))
+        if oo != 'passed':
+          out.append('  - oracle (%s): `%s`' % (oo, od.replace('`', "'")[:220]))
+      out.append('')
+  return '\n'.join(out)
+
+
+def main(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+  p.add_argument('--corpus', default=DEFAULT_CORPUS)
+  p.add_argument('--results', default=DEFAULT_RESULTS)
+  p.add_argument('--workdir', default='/tmp/flaxlegacy-corpus',
+                 help='where codebases are extracted and run')
+  p.add_argument('--mirror-root', default='/work/.mirror',
+                 help='local bare mirrors, one per repo: ROOT/owner+name/repo')
+  p.add_argument('--only', action='append', help='codebase name (repeat)')
+  p.add_argument('--files', action='append',
+                 help='glob over a codebase\'s test file paths (repeat)')
+  p.add_argument('--side', choices=SIDES + ('both',), default='both')
+  p.add_argument('--force', action='store_true',
+                 help='rerun files that already have a result')
+  p.add_argument('--timeout', type=int, default=600, help='seconds per file')
+  p.add_argument('--flaxlegacy-python', default='/work/flx-corpus/bin/python')
+  p.add_argument('--flaxlegacy-path', default='/work/main',
+                 help='flaxlegacy checkout put first on PYTHONPATH')
+  p.add_argument('--flaxlegacy-env', action='append',
+                 help='KEY=VALUE for the flaxlegacy side, e.g. FLAXLEGACY=on')
+  p.add_argument('--oracle-python', action='append',
+                 default=None, help='VERSION=PYTHON, e.g. '
+                 '0.3.5=/work/oracle-corpus/bin/python')
+  p.add_argument('--oracle-env', action='append')
+  p.add_argument('--report', action='store_true',
+                 help='only merge results and print the summary')
+  p.add_argument('--markdown', metavar='PATH',
+                 help='also write the per-codebase outcome lists (the '
+                 'generated part of docs/corpus.md) to PATH')
+  args = p.parse_args(argv)
+  if not args.oracle_python:
+    args.oracle_python = ['0.3.5=/work/oracle-corpus/bin/python',
+                          '0.3.6=/work/oracle-corpus-0.3.6/bin/python']
+  args.workdir = os.path.abspath(args.workdir)
+  corpus = load_corpus(args.corpus)
+  if not args.report:
+    cmd_run(corpus, args)
+  merged = merge(corpus, args)
+  summarize(merged)
+  if args.markdown:
+    with open(args.markdown, 'w') as f:
+      f.write(markdown(corpus, merged))
+
+
+if __name__ == '__main__':
+  main()
