@@ -451,7 +451,7 @@ def test_run_sets_flaxlegacy_on_for_child_processes(tmp_path):
     (('missing.py',), "python -m flaxlegacy: error: can't open file "
      "'{cwd}/missing.py': [Errno 2] No such file or directory"),
     (('chekc', 'src/'), "python -m flaxlegacy: error: unknown command 'chekc' "
-     '(commands: run, check, convert, data; or a script to run); did you '
+     '(commands: run, check, convert, data, upgrade; or a script to run); did you '
      "mean 'check'?"),
     (('run', '-m'), 'python -m flaxlegacy run: error: argument expected for '
      'the -m option'),

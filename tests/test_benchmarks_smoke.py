@@ -65,7 +65,7 @@ def test_programs_and_machine_are_recorded(tiny_run):
   for key in ('date', 'devices', 'jax', 'flax', 'optax', 'cpu_count'):
     assert data['machine'][key], key
   programs = {p['program']: p for p in data['programs']}
-  assert set(programs) == {'cnn', 'resnet', 'pmap cnn',
+  assert set(programs) == {'cnn', 'cnn:upgraded', 'resnet', 'pmap cnn',
                            'pmap cnn:replicate()'}
   for program in programs.values():
     assert isinstance(program['identical_stablehlo'], bool)
