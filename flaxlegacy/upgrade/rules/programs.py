@@ -48,6 +48,7 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.rules.modules import _arg  # pylint: disable=g-importing-member
 
 OPT, MODEL, STRUCT = 'optimizer', 'model', 'struct'
 LIFECYCLE = ('init', 'init_by_shape', 'create', 'create_by_shape')
@@ -80,16 +81,8 @@ def _s(src):
   return cst.parse_statement(src)
 
 
-def _arg(value, keyword=None):
-  if keyword is None:
-    return cst.Arg(value=value)
-  return cst.Arg(value=value, keyword=cst.Name(keyword),
-                 equal=cst.AssignEqual(
-                     whitespace_before=cst.SimpleWhitespace(''),
-                     whitespace_after=cst.SimpleWhitespace('')))
-
-
 def _clean(args):
+  """Commas between args (or list / dict items), none after the last."""
   args = list(args)
   out = []
   for i, a in enumerate(args):
@@ -748,14 +741,14 @@ class ProgramRewriter(cst.CSTTransformer):
       else:
         items.append(new_item)
     if not handled:
-      return updated_node.with_changes(items=_clean_items(items))
+      return updated_node.with_changes(items=_clean(items))
     if not all(h[3] for h in handled):
       self.todo(original_node, 'nn.stateful block: no model call or init '
                 'inside that the upgrade could thread the state through')
       return updated_node
     self.note(original_node, 'nn.stateful -> apply arguments')
     if items:
-      return updated_node.with_changes(items=_clean_items(items))
+      return updated_node.with_changes(items=_clean(items))
     body = list(updated_node.body.body)
     if body:
       body[0] = body[0].with_changes(leading_lines=list(
@@ -1070,18 +1063,6 @@ def _returns_optax(rw, call):
   ``optim.X(...)`` the pass rewrites to optax."""
   return (isinstance(call.func, cst.Name)
           and call.func.value in getattr(rw.f, 'optdef_functions', ()))
-
-
-def _clean_items(items):
-  out = []
-  for i, it in enumerate(items):
-    if i < len(items) - 1:
-      it = it.with_changes(comma=cst.Comma(
-          whitespace_after=cst.SimpleWhitespace(' ')))
-    else:
-      it = it.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    out.append(it)
-  return out
 
 
 def _specs(src):
