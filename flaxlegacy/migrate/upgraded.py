@@ -19,8 +19,11 @@ legacy                                      TrainState
 ``state/step``                              ``step`` and every optax
                                             ``count``
 ``state/param_states/.../momentum``         ``trace`` (optax.sgd momentum)
-``.../grad_ema``, ``.../grad_sq_ema``       ``mu``, ``nu`` (optax.adam)
-``.../G``                                   ``sum_of_squares`` (adagrad)
+``.../grad_ema``, ``.../grad_sq_ema``       ``mu``, ``nu`` (optax.adam,
+                                            LAMB, AdaBelief)
+``.../v``, ``.../mg``                       ``nu``, ``mu`` (RMSProp)
+``.../G``                                   ``sum_of_squares`` (Adagrad)
+``.../sq_avg``, ``.../acc_delta``           ``e_g``, ``e_x`` (Adadelta)
 ``model_state`` (``'/a/b' -> {mean,var}``)  ``{'batch_stats': {a: {b: ..}}}``
 ==========================================  =================================
 """
@@ -28,9 +31,13 @@ legacy                                      TrainState
 from flax import serialization
 from flax.training import checkpoints as _checkpoints
 
-# optax state field -> legacy per-parameter state field
-_FIELDS = {'trace': 'momentum', 'mu': 'grad_ema', 'nu': 'grad_sq_ema',
-           'sum_of_squares': 'G'}
+# optax state field -> the legacy per-parameter state fields it can hold
+# (the first one the legacy state has is taken)
+_FIELDS = {'trace': ('momentum',), 'mu': ('grad_ema', 'mg'),
+           'nu': ('grad_sq_ema', 'v'), 'sum_of_squares': ('G',),
+           'e_g': ('sq_avg',), 'e_x': ('acc_delta',),
+           'v_row': ('v_row',), 'v_col': ('v_col',), 'v': ('v',),
+           'ema': ('m',)}
 
 
 class LegacyCheckpointError(ValueError):
@@ -52,7 +59,7 @@ def _find(tree, path=()):
   return out
 
 
-def _field(param_states, field, like):
+def _field(param_states, fields, like):
   """The tree of one per-parameter field, shaped like ``like``."""
   if isinstance(like, dict):
     if not isinstance(param_states, dict):
@@ -62,13 +69,15 @@ def _field(param_states, field, like):
     if missing:
       raise LegacyCheckpointError(
           f'the legacy optimizer state lacks parameters {missing}')
-    return {k: _field(param_states[k], field, v) for k, v in like.items()}
-  if not isinstance(param_states, dict) or field not in param_states:
+    return {k: _field(param_states[k], fields, v) for k, v in like.items()}
+  present = [f for f in fields if isinstance(param_states, dict)
+             and f in param_states]
+  if not present:
     raise LegacyCheckpointError(
-        f'the legacy optimizer has no per-parameter {field!r}: it does not '
-        'match the upgraded optimizer (fields '
+        f'the legacy optimizer has no per-parameter {" or ".join(fields)}: '
+        'it does not match the upgraded optimizer (fields '
         f'{sorted(param_states) if isinstance(param_states, dict) else "?"})')
-  return param_states[field]
+  return param_states[present[0]]
 
 
 def _opt_state(template, param_states, step):

@@ -11,6 +11,7 @@ from typing import Any
 from flax import struct
 import optax
 
+from flaxlegacy.migrate import legacy_optax
 from flaxlegacy.optim.base import OptaxOptimizerDef
 
 
@@ -41,11 +42,8 @@ class AdaBelief(OptaxOptimizerDef):
                                            weight_decay))
 
   def transform(self, hp):
-    return optax.chain(
-        optax.scale_by_belief(b1=hp.beta1, b2=hp.beta2, eps=hp.eps,
-                              eps_root=hp.eps),
-        optax.add_decayed_weights(hp.weight_decay),
-        optax.scale_by_learning_rate(hp.learning_rate))
+    return legacy_optax._adabelief(hp.learning_rate, hp.beta1, hp.beta2,  # pylint: disable=protected-access
+                                   hp.eps, hp.weight_decay)
 
   def state_to_optax(self, hp, count, fields):
     return (optax.ScaleByBeliefState(count=count, mu=fields['grad_ema'],

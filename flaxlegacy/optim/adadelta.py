@@ -12,6 +12,7 @@ from typing import Any
 from flax import struct
 import optax
 
+from flaxlegacy.migrate import legacy_optax
 from flaxlegacy.optim.base import OptaxOptimizerDef
 
 
@@ -40,9 +41,8 @@ class Adadelta(OptaxOptimizerDef):
                                           weight_decay))
 
   def transform(self, hp):
-    return optax.chain(optax.scale_by_adadelta(rho=hp.rho, eps=hp.eps),
-                       optax.add_decayed_weights(hp.weight_decay),
-                       optax.scale_by_learning_rate(hp.learning_rate))
+    return legacy_optax._adadelta(hp.learning_rate, hp.rho, hp.eps,  # pylint: disable=protected-access
+                                  hp.weight_decay)
 
   def state_to_optax(self, hp, count, fields):
     return (optax.ScaleByAdaDeltaState(e_g=fields['sq_avg'],

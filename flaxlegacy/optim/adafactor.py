@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from flaxlegacy.optim import _transforms
+from flaxlegacy.migrate import legacy_optax
 from flaxlegacy.optim.base import OptaxOptimizerDef
 
 # Legacy module-level type alias (annotations of ``dtype_momentum``).
@@ -70,30 +70,12 @@ class Adafactor(OptaxOptimizerDef):
 
   def _pieces(self, hp):
     """(name, transformation) of the chain for hyper-parameters ``hp``."""
-    const = self.hyper_params  # legacy reads these from the constructor
-    pieces = [('factored', optax.scale_by_factored_rms(
-        factored=const.factored, decay_rate=hp.decay_rate,
-        step_offset=hp.step_offset,
-        min_dim_size_to_factor=const.min_dim_size_to_factor,
-        epsilon=hp.epsilon1))]
-    if hp.clipping_threshold is not None:
-      pieces.append(('clip', optax.clip_by_block_rms(hp.clipping_threshold)))
-    pieces.append(('lr', optax.scale_by_learning_rate(hp.learning_rate,
-                                                      flip_sign=False)))
-    if const.multiply_by_parameter_scale:
-      pieces.append(('param_scale',
-                     optax.scale_by_param_block_rms(min_scale=hp.epsilon2)))
-    if hp.beta1 is not None:
-      pieces.append(('momentum', optax.ema(
-          hp.beta1, debias=False, accumulator_dtype=self.dtype_momentum)))
-    if hp.weight_decay_rate is not None:
-      pieces.append(('decay', optax.add_decayed_weights(hp.weight_decay_rate)))
-    pieces.append(('descent', optax.scale(-1)))
-    return pieces
+    return legacy_optax._adafactor_pieces(hp, self.hyper_params,  # pylint: disable=protected-access
+                                          self.dtype_momentum)
 
   def transform(self, hp):
-    return _transforms.in_float32(
-        optax.chain(*(tx for _, tx in self._pieces(hp))))
+    return legacy_optax._adafactor(hp, self.hyper_params,  # pylint: disable=protected-access
+                                   self.dtype_momentum)
 
   def state_to_optax(self, hp, count, fields):
     states = []

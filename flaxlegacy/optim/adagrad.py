@@ -11,7 +11,7 @@ from typing import Any
 from flax import struct
 import optax
 
-from flaxlegacy.optim import _transforms
+from flaxlegacy.migrate import legacy_optax
 from flaxlegacy.optim.base import OptaxOptimizerDef
 
 
@@ -35,8 +35,7 @@ class Adagrad(OptaxOptimizerDef):
     super().__init__(_AdagradHyperParams(learning_rate, eps))
 
   def transform(self, hp):
-    return optax.chain(_transforms.scale_by_legacy_adagrad(eps=hp.eps),
-                       optax.scale_by_learning_rate(hp.learning_rate))
+    return legacy_optax._adagrad(hp.learning_rate, hp.eps)  # pylint: disable=protected-access
 
   def state_to_optax(self, hp, count, fields):
     return (optax.ScaleByRssState(sum_of_squares=fields['G']),

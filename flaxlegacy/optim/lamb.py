@@ -12,7 +12,7 @@ from typing import Any
 from flax import struct
 import optax
 
-from flaxlegacy.optim import _transforms
+from flaxlegacy.migrate import legacy_optax
 from flaxlegacy.optim.base import OptaxOptimizerDef
 
 
@@ -45,14 +45,8 @@ class LAMB(OptaxOptimizerDef):
     return hp.weight_decay != 0.0  # a Python branch in legacy too
 
   def transform(self, hp):
-    decay = ([optax.add_decayed_weights(hp.weight_decay)]
-             if self._has_decay(hp) else [])
-    return optax.chain(
-        optax.scale_by_adam(b1=hp.beta1, b2=hp.beta2, eps=hp.eps,
-                            eps_root=0.0),
-        *decay,
-        _transforms.scale_by_legacy_trust_ratio(),
-        optax.scale_by_learning_rate(hp.learning_rate))
+    return legacy_optax._lamb(hp.learning_rate, hp.beta1, hp.beta2,  # pylint: disable=protected-access
+                              hp.weight_decay, hp.eps)
 
   def state_to_optax(self, hp, count, fields):
     decay = (optax.EmptyState(),) if self._has_decay(hp) else ()

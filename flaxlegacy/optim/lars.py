@@ -15,7 +15,7 @@ from typing import Any
 from flax import struct
 import optax
 
-from flaxlegacy.optim import _transforms
+from flaxlegacy.migrate import legacy_optax
 from flaxlegacy.optim.base import OptaxOptimizerDef
 
 
@@ -45,18 +45,8 @@ class LARS(OptaxOptimizerDef):
                                       trust_coefficient, eps, nesterov))
 
   def transform(self, hp):
-    if isinstance(hp.weight_decay, (int, float)) and hp.weight_decay == 0:
-      ratio = optax.scale_by_trust_ratio(
-          trust_coefficient=hp.trust_coefficient, eps=hp.eps)
-    else:
-      ratio = _transforms.scale_by_legacy_lars_trust_ratio(
-          hp.weight_decay, hp.trust_coefficient, hp.eps)
-    lr = hp.learning_rate
-    return optax.chain(
-        ratio,
-        optax.identity() if lr is None else optax.scale(lr),
-        optax.trace(decay=hp.beta, nesterov=hp.nesterov),
-        optax.scale(-1))
+    return legacy_optax._lars(hp.learning_rate, hp.beta, hp.weight_decay,  # pylint: disable=protected-access
+                              hp.trust_coefficient, hp.eps, hp.nesterov)
 
   def state_to_optax(self, hp, count, fields):
     return (optax.EmptyState(), optax.EmptyState(),

@@ -11,6 +11,7 @@ from typing import Any
 from flax import struct
 import optax
 
+from flaxlegacy.migrate import legacy_optax
 from flaxlegacy.optim.base import OptaxOptimizerDef
 
 
@@ -41,11 +42,8 @@ class Momentum(OptaxOptimizerDef):
   def transform(self, hp):
     # Legacy branched in Python on weight_decay (a traced override fails,
     # as it did in legacy).
-    decay = ([optax.add_decayed_weights(hp.weight_decay)]
-             if self._has_decay(hp) else [])
-    return optax.chain(*decay, optax.trace(decay=hp.beta,
-                                           nesterov=hp.nesterov),
-                       optax.scale_by_learning_rate(hp.learning_rate))
+    return legacy_optax._momentum(hp.learning_rate, hp.beta,  # pylint: disable=protected-access
+                                  hp.weight_decay, hp.nesterov)
 
   def _has_decay(self, hp):
     return hp.weight_decay != 0

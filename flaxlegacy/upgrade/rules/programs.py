@@ -19,9 +19,14 @@ the program-level legacy API into linen + optax:
   nn.stochastic(rng):`` -> ``rngs={'dropout': rng}`` on the model calls;
 * optimizers: ``optim.X(...).create(target)`` ->
   ``train_state.TrainState.create(apply_fn=..., params=target, tx=...)``
-  with plain optax where its numbers equal legacy (table ``OPTAX``),
+  with plain optax where its numbers equal legacy (table ``OPTAX``), else
+  the legacy rule from ``flaxlegacy.migrate.legacy_optax`` (plain optax,
+  same constructor arguments; table ``LEGACY_OPTAX``);
   ``optax.inject_hyperparams`` where the codebase passes ``learning_rate``
-  per step; ``opt.target`` -> ``opt.params``; ``opt.state.step`` ->
+  per step; ``optim.MultiOptimizer((optim.ModelParamTraversal(f), opt),
+  ...)`` -> ``optax.multi_transform`` labelled by
+  ``legacy_optax.traversal_labels(f, ...)``; a user-written ``OptimizerDef``
+  subclass stays (TODO) and its ``create`` uses ``as_optax()``; ``opt.target`` -> ``opt.params``; ``opt.state.step`` ->
   ``opt.step``; ``opt.apply_gradient(g)`` -> ``opt.apply_gradients(grads=g)``;
   ``opt.optimize(loss_fn)`` -> ``jax.value_and_grad`` + ``apply_gradients``;
   ``opt.replicate()`` / ``unreplicate()`` -> ``flax.jax_utils``;
@@ -54,21 +59,54 @@ OPT, MODEL, STRUCT = 'optimizer', 'model', 'struct'
 LIFECYCLE = ('init', 'init_by_shape', 'create', 'create_by_shape')
 
 # legacy optimizer -> (optax source template, legacy keyword -> (optax
-# keyword, default)).  Only optimizers whose optax arithmetic is legacy's.
+# keyword, legacy default where it is not optax's, else None)).  Only
+# optimizers whose optax arithmetic is legacy's.
 OPTAX = {
     'GradientDescent': ('optax.sgd', {'learning_rate': ('learning_rate',
                                                         None)}),
     'Momentum': ('optax.sgd', {'learning_rate': ('learning_rate', None),
                                'beta': ('momentum', '0.9'),
                                'weight_decay': ('weight_decay', None),
-                               'nesterov': ('nesterov', 'False')}),
+                               'nesterov': ('nesterov', None)}),
     # legacy weight decay is decoupled and scaled by the learning rate, as
     # optax.adamw's (the rewrite picks adamw when it is not zero)
     'Adam': ('optax.adam', {'learning_rate': ('learning_rate', None),
                             'beta1': ('b1', None), 'beta2': ('b2', None),
                             'eps': ('eps', None),
                             'weight_decay': ('weight_decay', None)}),
+    # optax.rmsprop with eps outside the root and a zero initial scale
+    'RMSProp': ('optax.rmsprop', {'learning_rate': ('learning_rate', None),
+                                  'beta2': ('decay', None),
+                                  'eps': ('eps', None),
+                                  'centered': ('centered', None)}),
 }
+# fixed optax arguments that make the optax function the legacy rule
+OPTAX_FIXED = {'RMSProp': ('initial_scale=0.0', 'eps_in_sqrt=False')}
+# legacy optimizers whose numbers plain optax does not reproduce ->
+# (constructor of flaxlegacy.migrate.legacy_optax (plain optax, importable
+# with FLAXLEGACY=off), its parameters: the legacy constructor's, in order)
+LEGACY_OPTAX = {
+    'Adagrad': ('adagrad', ('learning_rate', 'eps')),
+    'LAMB': ('lamb', ('learning_rate', 'beta1', 'beta2', 'weight_decay',
+                      'eps')),
+    'LARS': ('lars', ('learning_rate', 'beta', 'weight_decay',
+                      'trust_coefficient', 'eps', 'nesterov')),
+    'AdaBelief': ('adabelief', ('learning_rate', 'beta1', 'beta2', 'eps',
+                                'weight_decay')),
+    'Adadelta': ('adadelta', ('learning_rate', 'rho', 'eps', 'weight_decay')),
+    'Adafactor': ('adafactor', (
+        'learning_rate', 'factored', 'multiply_by_parameter_scale', 'beta1',
+        'decay_rate', 'step_offset', 'clipping_threshold',
+        'weight_decay_rate', 'min_dim_size_to_factor', 'epsilon1',
+        'epsilon2', 'dtype_momentum')),
+}
+MOMENTUM_WITH_DECAY = ('momentum', ('learning_rate', 'beta', 'weight_decay',
+                                    'nesterov'))
+USER_OPTDEF = ('{} is a user-written optimizer definition (legacy '
+               'flax.optim): it stays, and the upgraded program runs it through '
+               'its as_optax() bridge, which needs flaxlegacy with the layer on; '
+               'port its update rule to an optax GradientTransformation')
+TX_RULES = frozenset(OPTAX) | frozenset(LEGACY_OPTAX) | {'MultiOptimizer'}
 OPT_PARAM_NAMES = ('optimizer', 'opt', 'new_optimizer')
 MODEL_PARAM_NAMES = ('model',)
 
@@ -113,6 +151,18 @@ class _Scan(cst.CSTVisitor):
     f.per_step_lr = False
     f.optim_locals = {l for l, full in f.imports.items()
                       if full in ('flax.optim',)}
+    f.user_optdefs = set()  # classes derived from optim.OptimizerDef & co
+
+  def visit_ClassDef(self, node):
+    for b in node.bases:
+      name = facts_lib.dotted(b.value) if isinstance(
+          b.value, (cst.Name, cst.Attribute)) else None
+      head, _, attr = (name or '').rpartition('.')
+      full = self.f.imports.get(name or '', '')
+      if (head in self.f.optim_locals and (attr == 'OptimizerDef'
+                                            or attr in TX_RULES)) or (
+          full.startswith('flax.optim.')) or (name in self.f.user_optdefs):
+        self.f.user_optdefs.add(node.name.value)
 
   def visit_Assign(self, node):
     v = node.value
@@ -199,7 +249,7 @@ class _Scan(cst.CSTVisitor):
         and isinstance(v.func, (cst.Name, cst.Attribute))):
       name = facts_lib.dotted(v.func) or ''
       head, _, attr = name.rpartition('.')
-      if head in self.f.optim_locals and attr in OPTAX:
+      if head in self.f.optim_locals and attr in TX_RULES:
         self.f.optdef_functions.add(self._fn[-1])
 
   def visit_Call(self, node):
@@ -289,6 +339,8 @@ class Scope:
     self.state_of = {}  # model name -> optimizer name it came from
     self.optdefs = {}  # name -> legacy optimizer class (value now optax)
     self.modvars = set()  # names bound to X.partial(...) of a legacy module
+    self.traversals = {}  # names bound to optim.ModelParamTraversal(f)
+    self.user_defs = {}  # names bound to a user OptimizerDef instance
 
   def kind(self, name):
     s = self
@@ -344,6 +396,7 @@ class ProgramRewriter(cst.CSTTransformer):
     self.per_step_lr = _codebase_per_step_lr(ctx.codebase)
     self.scope = Scope()
     self.imports = set()  # statements to add
+    self._multi_src = {}  # id(optim.MultiOptimizer call) -> optax source
     self.rewrites = []
     self._stateful = []  # stack of (state expr src or None, target, mutable)
     self._stochastic = []
@@ -451,8 +504,19 @@ class ProgramRewriter(cst.CSTTransformer):
 
   # -- scopes --
   def visit_ClassDef(self, node):
-    # legacy module bodies are the module rules' (rules/modules.py)
+    # legacy module bodies are the module rules' (rules/modules.py); a
+    # user-written optimizer definition stays legacy
+    if node.name.value in self.f.user_optdefs:
+      self.todo(node, USER_OPTDEF.format(node.name.value))
+      return False
     return node.name.value not in self.f.modules
+
+  def _user_optdef(self, expr):
+    """The user OptimizerDef class ``expr`` (a call of it) builds, or None."""
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and (
+        expr.func.value in self.f.user_optdefs):
+      return expr.func.value
+    return None
 
   def visit_FunctionDef(self, node):
     if node.name.value in self.f.modules:
@@ -488,8 +552,18 @@ class ProgramRewriter(cst.CSTTransformer):
                                               cst.Name)
         and isinstance(v, cst.Call) and isinstance(v.func, (cst.Name,
                                                             cst.Attribute))
-        and self.is_optim(v.func) in OPTAX):
+        and self.is_optim(v.func) in TX_RULES):
       self.scope.optdefs[node.targets[0].target.value] = self.is_optim(v.func)
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and self._user_optdef(v)):
+      self.scope.user_defs[node.targets[0].target.value] = True
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and isinstance(v, cst.Call) and isinstance(v.func, (cst.Name,
+                                                            cst.Attribute))
+        and self.is_optim(v.func) == 'ModelParamTraversal'):
+      self.scope.traversals[node.targets[0].target.value] = True
       self._optdef_values.add(id(v))
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
                                               cst.Name)
@@ -861,6 +935,17 @@ class ProgramRewriter(cst.CSTTransformer):
       name = self.is_optim(f.value.func)
       if name is not None:
         return self._create(original_node, f.value, name) or updated_node
+    # UserDef(...).create(target): the definition stays, through as_optax()
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
+        self._user_optdef(f.value)):
+      tx = cst.Module([]).code_for_node(updated_node.func.value)
+      return self._create(original_node, None, 'Optimizer',
+                          tx=f'{tx}.as_optax()') or updated_node
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
+        isinstance(f.value, cst.Name)) and self.scope.lookup(
+            'user_defs', f.value.value):
+      return self._create(original_node, None, 'Optimizer',
+                          tx=f'{f.value.value}.as_optax()') or updated_node
     # optimizer_def.create(target), optimizer_def = optim.X(...)
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         isinstance(f.value, cst.Name)) and self.scope.lookup(
@@ -878,7 +963,17 @@ class ProgramRewriter(cst.CSTTransformer):
     # optim.X(...) alone: the optax transformation
     name = self.is_optim(f) if isinstance(f, (cst.Name, cst.Attribute)
                                           ) else None
-    if name in OPTAX:
+    if name == 'ModelParamTraversal':
+      return self._traversal(original_node, updated_node)
+    if name == 'MultiOptimizer':
+      tx = self._multi(original_node, updated_node)
+      if tx is not None:
+        self._multi_src[id(original_node)] = tx
+        self.note(original_node, 'optim.MultiOptimizer -> '
+                  'optax.multi_transform')
+        return _e(tx)
+      return updated_node
+    if name in TX_RULES:
       tx = self._tx(original_node, original_node, name)
       if tx is not None:
         self.note(original_node, f'optim.{name}(...) -> {tx.split("(")[0]}')
@@ -975,10 +1070,14 @@ class ProgramRewriter(cst.CSTTransformer):
 
   def _tx(self, node, opt_call, name):
     """optax source for ``optim.<name>(...)`` (the call node), or None."""
+    if name in LEGACY_OPTAX:
+      return self._legacy_tx(node, opt_call, name, LEGACY_OPTAX[name])
+    if name == 'MultiOptimizer':
+      return self._multi_src.get(id(opt_call))
     if name not in OPTAX:
-      self.todo(node, f'optim.{name}: no plain optax transformation with '
-                'the same numbers; using the legacy-numerics bridge '
-                'flaxlegacy.optim.<X>(...).as_optax()')
+      self.todo(node, f'optim.{name}: no optax transformation with the same '
+                'numbers is known to the upgrade; port by hand (a legacy '
+                'definition gives one: optimizer_def.as_optax())')
       return None
     fn, table = OPTAX[name]
     kw = {}
@@ -994,6 +1093,10 @@ class ProgramRewriter(cst.CSTTransformer):
           return None
         kw[a.keyword.value] = self.ctx.code_of(a.value).rstrip(', ')
     if self.per_step_lr or kw.get('learning_rate') is None:
+      if name == 'Momentum' and kw.get('weight_decay') not in (None, '0',
+                                                               '0.0', '0.'):
+        # a chain has no hyperparams to set: one legacy_optax state instead
+        return self._legacy_tx(node, opt_call, name, MOMENTUM_WITH_DECAY)
       self.imports.add('import optax')
       inner = []
       for k, (ok, default) in table.items():
@@ -1002,14 +1105,17 @@ class ProgramRewriter(cst.CSTTransformer):
           v = '0.0'  # set per step with apply_gradients
         if v is not None:
           inner.append(f'{ok}={v}')
+      inner += OPTAX_FIXED.get(name, ())
       tx = f"optax.inject_hyperparams({fn})({', '.join(inner)})"
     else:
       self.imports.add('import optax')
       inner = [kw['learning_rate']]
       for k, (ok, default) in table.items():
-        if k == 'learning_rate' or k not in kw:
+        v = kw.get(k, default)
+        if k == 'learning_rate' or v is None:
           continue
-        inner.append(f'{ok}={kw[k]}')
+        inner.append(f'{ok}={v}')
+      inner += OPTAX_FIXED.get(name, ())
       tx = f"{fn}({', '.join(inner)})"
     if name == 'Adam' and kw.get('weight_decay') not in (None, '0', '0.0',
                                                          '0.'):
@@ -1023,6 +1129,98 @@ class ProgramRewriter(cst.CSTTransformer):
     elif name == 'Momentum':
       tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
     return tx
+
+  def _traversal(self, original, updated):
+    """``optim.ModelParamTraversal(f)`` -> ``f``: the filter itself, which
+    ``legacy_optax.traversal_labels`` reads (with the legacy paths)."""
+    args = updated.args
+    if len(args) != 1 or args[0].keyword is not None or args[0].star:
+      self.todo(original, 'optim.ModelParamTraversal call form')
+      return updated
+    self.note(original, 'optim.ModelParamTraversal(f) -> f')
+    return args[0].value
+
+  def _multi(self, original, updated):
+    """``optim.MultiOptimizer((traversal, opt), ...)`` ->
+    ``optax.multi_transform`` with legacy_optax.traversal_labels."""
+    if self.per_step_lr:
+      self.todo(original, 'optim.MultiOptimizer with hyper-parameters set per '
+                'step: optax.multi_transform has no hyperparams to set')
+      return None
+    filters, txs = [], []
+    for o, u in zip(original.args, updated.args):
+      if (o.keyword is not None or o.star or not isinstance(
+          o.value, (cst.Tuple, cst.List)) or len(o.value.elements) != 2
+          or any(isinstance(e, cst.StarredElement)
+                 for e in o.value.elements)):
+        self.todo(original, 'optim.MultiOptimizer takes (traversal, '
+                  'optimizer) pairs written out here')
+        return None
+      (trav, opt), (u_trav, u_opt) = (o.value.elements, u.value.elements)
+      trav, opt = trav.value, opt.value
+      is_traversal = (isinstance(trav, cst.Call) and isinstance(
+          trav.func, (cst.Name, cst.Attribute)) and self.is_optim(
+              trav.func) == 'ModelParamTraversal') or (
+                  isinstance(trav, cst.Name)
+                  and self.scope.lookup('traversals', trav.value))
+      is_tx = (isinstance(opt, cst.Call) and isinstance(
+          opt.func, (cst.Name, cst.Attribute)) and self.is_optim(
+              opt.func) in (set(OPTAX) | set(LEGACY_OPTAX))) or (
+                  isinstance(opt, cst.Name)
+                  and self.scope.lookup('optdefs', opt.value))
+      u_opt_src = cst.Module([]).code_for_node(u_opt.value)
+      if not is_traversal or not is_tx or 'optim.' in u_opt_src:
+        self.todo(original, 'optim.MultiOptimizer: a pair is not a '
+                  'ModelParamTraversal and a built-in optimizer known here')
+        return None
+      filters.append(cst.Module([]).code_for_node(u_trav.value))
+      txs.append(u_opt_src)
+    if not txs:
+      self.todo(original, 'optim.MultiOptimizer without pairs')
+      return None
+    self.imports.add('import optax')
+    self.imports.add('from flaxlegacy.migrate import legacy_optax')
+    items = ', '.join(f"'{i}': {t}" for i, t in enumerate(txs))
+    return (f"optax.multi_transform({{{items}, 'frozen': optax.set_to_zero()"
+            f"}}, legacy_optax.traversal_labels({', '.join(filters)}))")
+
+  def _legacy_tx(self, node, opt_call, name, rule):
+    """``legacy_optax.<rule>(...)`` for ``optim.<name>(...)``, or None."""
+    fn, params = rule
+    kw = {}
+    args = [] if opt_call is None else list(opt_call.args)
+    if any(a.star for a in args):
+      self.todo(node, f'optim.{name}(*...): the arguments are not known here')
+      return None
+    pos = [a for a in args if a.keyword is None]
+    if len(pos) > len(params):
+      self.todo(node, f'optim.{name}: more positional arguments than the '
+                'legacy constructor takes')
+      return None
+    for p, a in zip(params, pos):
+      kw[p] = self.ctx.code_of(a.value).rstrip(', ')
+    for a in args:
+      if a.keyword is not None:
+        if a.keyword.value not in params:
+          self.todo(node, f'optim.{name}({a.keyword.value}=...): not a '
+                    'parameter of the legacy constructor')
+          return None
+        kw[a.keyword.value] = self.ctx.code_of(a.value).rstrip(', ')
+    self.imports.add('from flaxlegacy.migrate import legacy_optax')
+    if self.per_step_lr or kw.get('learning_rate') is None:
+      # the learning rate is set per step; legacy branched in Python on
+      # the other hyper-parameters (and Adafactor's dtype_momentum would
+      # pass for a schedule), so all of them stay static
+      self.imports.add('import optax')
+      kw = {'learning_rate': kw.get('learning_rate') or '0.0', **kw}
+      static = [repr(p) for p in params[1:]]
+      static = '(' + ', '.join(static) + (',' if len(static) == 1 else '') + ')'
+      inner = ', '.join(f'{p}={v}' for p, v in kw.items())
+      return (f'optax.inject_hyperparams(legacy_optax.{fn}, '
+              f'static_args={static})({inner})')
+    inner = [kw['learning_rate']] + [f'{p}={kw[p]}' for p in params[1:]
+                                     if p in kw]
+    return f"legacy_optax.{fn}({', '.join(inner)})"
 
   def leave_Attribute(self, original_node, updated_node):
     a = original_node.attr.value
