@@ -413,3 +413,29 @@ def test_upgraded_helpers_do_not_turn_the_layer_on():
   assert lines[1] == 'keys True False', run.stdout
   assert lines[2].startswith('error Use the `nn.stochastic()` context'), (
       run.stdout)
+
+
+@pytest.mark.slow
+def test_upgraded_imagenet_trains_and_resumes_with_layer_off(tmp_path):
+  """examples/imagenet upgraded: no legacy name left, and its own
+  train-checkpoint-resume test passes with FLAXLEGACY=off (8 CPU devices,
+  synthetic data; the checkpoint files keep legacy's msgpack format, which
+  the test lists and deletes)."""
+  out = tmp_path / 'up'
+  run = subprocess.run([sys.executable, '-m', 'flaxlegacy', 'upgrade',
+                        os.path.join(REPO, 'examples', 'imagenet'), '--out',
+                        str(out)], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+  assert ', 0 TODOs' in run.stdout + run.stderr, run.stdout + run.stderr
+  check = subprocess.run([sys.executable, '-m', 'flaxlegacy', 'check',
+                          str(out)], cwd=REPO, capture_output=True, text=True,
+                         timeout=300)
+  assert 'flaxlegacy check: 0 legacy uses' in check.stdout, check.stdout
+  assert 'legacy_checkpoints.save_checkpoint(' in (out / 'train.py').read_text()
+  env = _env(tmp_path)
+  env.pop('XLA_FLAGS', None)
+  run, text = _run(['-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+                    'train_test.py', '-k', 'checkpoint_and_resume'], env,
+                   str(out), timeout=1500)
+  assert run.returncode == 0, text[-5000:]
+  assert '1 passed' in text, text[-2000:]

@@ -6,7 +6,9 @@ checkpoint policy), so the upgraded program runs with ``FLAXLEGACY=off``.
 
 ``restore_checkpoint(ckpt_dir, target, ...)`` is
 ``flax.training.checkpoints.restore_checkpoint`` that also reads a
-checkpoint the legacy program wrote before the upgrade: a legacy
+checkpoint the legacy program wrote before the upgrade (and
+``save_checkpoint`` writes the legacy program's file format, one msgpack
+file per step, not an Orbax directory): a legacy
 ``Optimizer`` (``{'target', 'state'}``, alone or inside a container) is
 converted at load into the ``TrainState`` at the same place of ``target``,
 with the mapping of docs/migration.md (``flaxlegacy convert``):
@@ -157,8 +159,25 @@ def restore_checkpoint(ckpt_dir, target, step=None, prefix='checkpoint_',
   if raw is None:
     return target
   if _find(raw):
-    raw = convert_state_dict(raw, target)
-  return serialization.from_state_dict(target, raw)
+    return serialization.from_state_dict(target,
+                                         convert_state_dict(raw, target))
+  # today's layout: restore into the target itself (an Orbax checkpoint
+  # read without one drops empty optax states)
+  return _checkpoints.restore_checkpoint(ckpt_dir, target, step=step,
+                                         prefix=prefix, parallel=parallel)
+
+
+def save_checkpoint(ckpt_dir, target, step, prefix='checkpoint_', keep=1,
+                    overwrite=False, keep_every_n_steps=None):
+  """``flax.training.checkpoints.save_checkpoint`` writing the file legacy
+  Flax wrote: one msgpack file ``<prefix><step>``, written atomically,
+  rather than today's default Orbax directory, so an upgraded program keeps
+  its checkpoint files (and the tools and tests that list them)."""
+  import flax  # pylint: disable=g-import-not-at-top
+  with flax.config.temp_flip_flag('use_orbax_checkpointing', False):
+    return _checkpoints.save_checkpoint(
+        ckpt_dir, target, step, prefix=prefix, keep=keep, overwrite=overwrite,
+        keep_every_n_steps=keep_every_n_steps)
 
 
 # --- nn.stochastic / nn.make_rng at program level --------------------------

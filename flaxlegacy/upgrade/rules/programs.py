@@ -34,6 +34,9 @@ the program-level legacy API into linen + optax:
   ``flaxlegacy.migrate.upgraded.restore_checkpoint(d, opt)`` (plain flax
   + serialization, importable with ``FLAXLEGACY=off``), which also
   reads a checkpoint the legacy program wrote (converted at load);
+  ``checkpoints.save_checkpoint`` -> ``legacy_checkpoints.save_checkpoint``,
+  which writes legacy's file format (one msgpack file per step) rather than
+  today's default Orbax directory;
 * ``flax.training.lr_schedule`` stays (today's flax still has it, same
   values); ``optim.DynamicScale`` ->
   ``flax.training.dynamic_scale.DynamicScale``.
@@ -48,6 +51,7 @@ Anything not certain keeps its code and gets a TODO.
 import ast
 import builtins
 import keyword
+import os
 import re
 
 import libcst as cst
@@ -1017,6 +1021,13 @@ class ProgramRewriter(cst.CSTTransformer):
                 'checkpoints')
       return updated_node.with_changes(
           func=_e('legacy_checkpoints.restore_checkpoint'))
+    if full == 'flax.training.checkpoints.save_checkpoint':
+      self.imports.add('from flaxlegacy.migrate import upgraded as '
+                       'legacy_checkpoints')
+      self.note(original_node, 'save_checkpoint -> keeps the legacy file '
+                'format')
+      return updated_node.with_changes(
+          func=_e('legacy_checkpoints.save_checkpoint'))
     if isinstance(f, cst.Name) or isinstance(f, cst.Attribute):
       if self.is_optim(f) == 'DynamicScale':
         self.imports.add('from flax.training import dynamic_scale as '
@@ -1257,10 +1268,24 @@ def _is_state_name(expr):
 
 
 def _returns_optax(rw, call):
-  """Whether ``call`` calls a function of this file that returns
+  """Whether ``call`` calls a function of this file, or ``module.fn`` of an
+  imported file of the codebase (same directory first), that returns
   ``optim.X(...)`` the pass rewrites to optax."""
-  return (isinstance(call.func, cst.Name)
-          and call.func.value in getattr(rw.f, 'optdef_functions', ()))
+  if isinstance(call.func, cst.Name):
+    return call.func.value in getattr(rw.f, 'optdef_functions', ())
+  if not (isinstance(call.func, cst.Attribute)
+          and isinstance(call.func.value, cst.Name)):
+    return False
+  local = call.func.value.value
+  if local not in rw.f.imports:
+    return False
+  stem = rw.f.imports[local].split('.')[-1]
+  here = os.path.dirname(rw.f.path)
+  files = [f for p, f in rw.codebase.files.items()
+           if os.path.splitext(os.path.basename(p))[0] == stem]
+  files.sort(key=lambda f: os.path.dirname(f.path) != here)
+  return bool(files) and call.func.attr.value in getattr(
+      files[0], 'optdef_functions', ())
 
 
 def _specs(src):
