@@ -1,5 +1,5 @@
-"""flaxlegacy upgrade on legacy Flax's own examples (google/flax tags v0.2
-and 0.3.0), verified numerically against the legacy modules; the upgraded
+"""flaxlegacy upgrade on legacy Flax's own examples (google/flax tags
+v0.1.0rc2, v0.2 and 0.3.0), verified numerically against the legacy modules; the upgraded
 side runs with FLAXLEGACY=off.
 
 Needs a google/flax clone: set LEGACY_FLAX_GIT (the tests skip without it,
@@ -24,10 +24,29 @@ pytestmark = pytest.mark.skipif(not GIT, reason='set LEGACY_FLAX_GIT to a '
                                 'google/flax clone')
 
 F32 = 'float32'
-# tag -> file -> [(class, inputs, hyper-parameters)]
+I32 = 'int32'
+# graph: 5 nodes with 3 features, 8 edges (sources / targets drawn in 0..2);
+# edge_x None (the examples' own use) or 8 x 2 edge features.
+_GRAPH = [((5, 3), F32), None, ((8,), I32), ((8,), I32)]
+_GRAPH_EDGES = [((5, 3), F32), ((8, 2), F32), ((8,), I32), ((8,), I32)]
+# graph's module classes call helper methods (rules/methods.py).
+_GRAPH_MODELS = [
+    ('GraphConvBlock', _GRAPH, {'features': 4}),
+    ('MessagePassingBlock', _GRAPH, {'features': 4}),
+    ('MessagePassingBlock', _GRAPH_EDGES, {'features': 4}),
+    ('MLP', [((3, 6), F32)], {'features': 4}),
+]
+# tag -> file -> [(class, inputs, hyper-parameters)]; an input None is
+# passed as None.
 VERIFIED = {
+    'v0.1.0rc2': {
+        'graph/models.py': _GRAPH_MODELS,
+        'graph/train.py': [('GNN', _GRAPH, {})],
+    },
     'v0.2': {
         'mnist/train.py': [('CNN', [((2, 28, 28, 1), F32)], {})],
+        'graph/models.py': _GRAPH_MODELS,
+        'graph/train.py': [('GNN', _GRAPH, {})],
         'vae/train.py': [
             ('Encoder', [((3, 784), F32)], {'latents': 4}),
             ('Decoder', [((3, 4), F32)], {}),

@@ -64,7 +64,11 @@ def _inputs(specs, seed):
   import numpy as np  # pylint: disable=g-import-not-at-top
   rng = np.random.RandomState(seed)
   out = []
-  for shape, dtype in specs:
+  for spec in specs:
+    if spec is None:  # an optional input left out (``edge_x=None``)
+      out.append(None)
+      continue
+    shape, dtype = spec
     if 'int' in dtype:
       out.append(rng.randint(0, 3, size=shape).astype(dtype))
     else:

@@ -59,6 +59,8 @@ class ModuleInfo:
   fields: List[str] = dataclasses.field(default_factory=list)
   call: List[str] = dataclasses.field(default_factory=list)
   problems: List[str] = dataclasses.field(default_factory=list)
+  # name -> rules.methods.Method, for classes with methods besides apply
+  methods: dict = dataclasses.field(default_factory=dict)
 
   def report(self):
     return {'file': self.file, 'class': self.name, 'fields': self.fields,
@@ -163,6 +165,9 @@ class _FileVisitor(cst.CSTVisitor):
           apply = stmt
       info = self._info(node.name.value, 'class', apply, skip_self=True)
       info.base = base
+      if apply is not None:
+        from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
+        methods.collect_class(info, node)
       self.f.modules[info.name] = info
       return
 
@@ -384,6 +389,9 @@ class CodebaseFacts:
           info.call.append(p)
         else:
           info.fields.append(p)
+    # Helper methods, and positional arguments at module calls (methods.py).
+    from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
+    methods.refine_split(self, infos)
     # A parameter passed on as a call parameter of a child module is one too
     # (``Decoder(targets=targets)``); repeat until nothing moves.
     changed = True

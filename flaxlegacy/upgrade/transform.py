@@ -335,4 +335,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
   new = module.with_changes(body=body) if changed else module
   if ctx.needed_imports:
     new = add_imports(new, ctx.needed_imports)
+  # Removed jax.test_util helpers in test files (rules/test_util.py).
+  from flaxlegacy.upgrade.rules import test_util  # pylint: disable=g-import-not-at-top
+  new = test_util.run(ctx, new)
   return new.code

@@ -43,7 +43,8 @@ def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
   Args:
     legacy_file, upgraded_file: the source file before and after the upgrade.
     class_name: the module class (or ``@nn.module`` function) name.
-    inputs: ``[(shape, dtype name), ...]`` of the positional inputs.
+    inputs: ``[(shape, dtype name), ...]`` of the positional inputs; an
+      entry None passes None (an optional input such as ``edge_x=None``).
     hyper: the legacy hyper-parameters (what ``.partial`` would bind).
     fields, call, var_kw: the split from upgrade.json's ``modules`` entry.
     rtol: the tolerance (see the module docstring).
@@ -68,7 +69,8 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
           'upgraded_file': os.path.abspath(upgraded_file),
           'checks': [{
               'class': c['class_name'], 'hyper': dict(c.get('hyper') or {}),
-              'inputs': [[list(s), str(d)] for s, d in c['inputs']],
+              'inputs': [None if i is None else [list(i[0]), str(i[1])]
+                         for i in c['inputs']],
               'fields': list(c.get('fields') or []),
               'call': list(c.get('call') or []), 'var_kw': c.get('var_kw'),
               'rtol': rtol, 'seed': seed, 'perturb': perturb}

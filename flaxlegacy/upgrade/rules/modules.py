@@ -393,6 +393,8 @@ def plan_names(events):
 class ApplyRewriter(transform.Upgrader):
   """Rewrites one ``apply`` body (or ``@nn.module`` function body)."""
 
+  plan_class = _NamePlan  # rules/methods.py expands helper-method calls
+
   def __init__(self, up, info, fn):
     super().__init__(up.ctx)
     self.info = info
@@ -404,7 +406,7 @@ class ApplyRewriter(transform.Upgrader):
                                  if v is not None})
     self.assigned_fields = sorted(self.fields & scan.assigned)
     self._skip_names = set()
-    plan = _NamePlan(self.resolver, self.resolver.locals)
+    plan = self.plan_class(self.resolver, self.resolver.locals)
     fn.body.visit(plan)
     self.dynamic = plan.dynamic
     self.names = None
@@ -823,9 +825,10 @@ def _field_annotation(default_src):
   return 'Any'
 
 
-def _body_of(up, info, fn):
+def _body_of(up, info, fn, methods_plan=None):
   """The rewritten ``__call__`` FunctionDef for ``fn`` (apply / function)."""
-  rw = ApplyRewriter(up, info, fn)
+  rw = (methods_plan.rewriter(up, info, fn) if methods_plan is not None
+        else ApplyRewriter(up, info, fn))
   body = fn.body.visit(rw)
   ps = fn.params
   plist = list(ps.posonly_params) + list(ps.params)
@@ -900,7 +903,13 @@ def convert_class(up, node, info):
   if fields is None:
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
-  call_fn, rw = _body_of(up, info, apply)
+  plan = None
+  if others:
+    from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
+    plan = methods.prepare(up, node, info, apply)
+  call_fn, rw = _body_of(up, info, plan.apply if plan else apply, plan)
+  helpers = plan.finish(up, node, info, rw) if plan else {}
+  others = plan.left if plan else others
   new_body = []
   placed = False
   for stmt in node.body.body:
@@ -910,7 +919,7 @@ def convert_class(up, node, info):
         placed = True
       new_body.append(call_fn)
     else:
-      new_body.append(stmt)
+      new_body.append(helpers.get(id(stmt), stmt))
   # fields go right after the docstring
   if fields:
     new_body = [s for s in new_body if s not in fields]
