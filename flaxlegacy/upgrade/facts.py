@@ -59,6 +59,8 @@ class ModuleInfo:
   fields: List[str] = dataclasses.field(default_factory=list)
   call: List[str] = dataclasses.field(default_factory=list)
   problems: List[str] = dataclasses.field(default_factory=list)
+  # (class, {keywords}) of calls of shared instances (rules/helpers.py)
+  shared_kw: list = dataclasses.field(default_factory=list)
 
   def report(self):
     return {'file': self.file, 'class': self.name, 'fields': self.fields,
@@ -163,6 +165,10 @@ class _FileVisitor(cst.CSTVisitor):
           apply = stmt
       info = self._info(node.name.value, 'class', apply, skip_self=True)
       info.base = base
+      from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
+      extra, info.shared_kw = helpers.shared_calls(node, apply,
+                                                   set(info.params))
+      info.child_calls += extra
       self.f.modules[info.name] = info
       return
 
@@ -384,6 +390,8 @@ class CodebaseFacts:
           info.call.append(p)
         else:
           info.fields.append(p)
+    from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
+    helpers.move_shared_call_params(self, infos)
     # A parameter passed on as a call parameter of a child module is one too
     # (``Decoder(targets=targets)``); repeat until nothing moves.
     changed = True

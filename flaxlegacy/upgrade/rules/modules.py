@@ -886,6 +886,8 @@ def convert_class(up, node, info):
   if info.base != 'Module':
     up.todo(node, f'{info.name} subclasses legacy {info.base}: port by hand')
     return node
+  from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
+  node = helpers.prepare_class(up, node)
   apply = None
   others = []
   for stmt in node.body.body:
@@ -900,6 +902,8 @@ def convert_class(up, node, info):
   if fields is None:
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
+  if others:
+    node, others = helpers.convert_helpers(up, node, info, apply, others)
   call_fn, rw = _body_of(up, info, apply)
   new_body = []
   placed = False
