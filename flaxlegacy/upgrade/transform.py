@@ -319,6 +319,10 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
       new_module = module
     if not new_module.deep_equals(module):
       module, statement_texts = new_module, None
+  from flaxlegacy.upgrade.rules import array_keys  # pylint: disable=g-import-not-at-top
+  new_module = array_keys.run(file_facts, report, module)
+  if new_module is not module:
+    module, statement_texts = new_module, None
   ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
   upgrader = Upgrader(ctx)
   if statement_texts is None:
