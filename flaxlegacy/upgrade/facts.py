@@ -331,6 +331,8 @@ class _UsageVisitor(cst.CSTVisitor):
 
   def visit_Call(self, node):
     name = dotted(node.func)
+    from flaxlegacy.upgrade.rules import recurrent  # pylint: disable=g-import-not-at-top
+    self.array.update(recurrent.array_params(node, self.params))
     if isinstance(node.func, cst.Name):
       pos, kw = [], {}
       for a in node.args:
