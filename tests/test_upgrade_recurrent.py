@@ -349,6 +349,9 @@ def test_numbers_match_legacy(tmp_path):
   code = (out / 'rnn.py').read_text()
   assert 'flax.nn' not in code and 'from flax import nn' not in code
   assert TODO not in code
+  assert report['shipped_modules'] == [
+      'flaxlegacy.migrate.legacy_cells.GRUCell',
+      'flaxlegacy.migrate.legacy_cells.LSTMCell']
   mods = {m['class']: m for m in report['modules']}
   cases = [('ScanEncoder', [((2, 5, 3), 'float32')], {'hidden_size': 4}),
            ('ClosureGRU', [((2, 5, 3), 'float32')], {'hidden_size': 3})]

@@ -177,6 +177,7 @@ def _construct(up, original, args, cell, how):
   up.ctx.needed_imports.add(SHIPPED_IMPORT)
   up.rewrote(original, 'recurrent', f'nn.{cell}.{how} -> {SHIPPED}.{cell} '
              '(hidden size from the carry)')
+  up.ctx.report.rewritten[-1]['shipped'] = f'{SHIPPED_IMPORT}.{cell}'
   return cst.Call(func=_e(f'{SHIPPED}.{cell}'), args=_clean(args))
 
 
