@@ -95,6 +95,18 @@ def test_shared_and_called_cells():
   assert TODO not in code
 
 
+def test_cells_in_program_code_keep_todo():
+  code, _ = up('''
+      from flax import nn
+      cell = nn.LSTMCell.shared(name='c')
+      y = nn.GRUCell(carry, x, name='g')
+      ''')
+  assert "cell = nn.LSTMCell.shared(name='c')" in code
+  assert "y = nn.GRUCell(carry, x, name='g')" in code
+  assert code.count(TODO + 'nn.LSTMCell') >= 1
+  assert code.count(TODO + 'nn.GRUCell') >= 1
+
+
 def test_unnamed_cell_keeps_todo():
   code, report = up('''
       from flax import nn

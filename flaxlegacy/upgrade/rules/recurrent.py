@@ -114,7 +114,8 @@ def visit_call(up, node):
   """Marks the legacy attributes a rewrite below consumes (no leftover TODO)."""
   f = node.func
   for method in ('initialize_carry', 'shared'):
-    if _cell_method(up, f, method):
+    if _cell_method(up, f, method) and (method == 'initialize_carry'
+                                        or _in_module(up)):
       up._handled.update((id(f), id(f.value)))  # pylint: disable=protected-access
   if _cell(up, f) and _in_module(up):
     up._handled.add(id(f))  # pylint: disable=protected-access
