@@ -36,12 +36,17 @@ _GRAPH_MODELS = [
     ('MessagePassingBlock', _GRAPH_EDGES, {'features': 4}),
     ('MLP', [((3, 6), F32)], {'features': 4}),
 ]
-# tag -> file -> [(class, inputs, hyper-parameters)]; an input None is
-# passed as None.
+# tag -> file -> [(class, inputs, hyper-parameters[, verify options])]; an
+# input None is passed as None.
 VERIFIED = {
     'v0.1.0rc2': {
         'graph/models.py': _GRAPH_MODELS,
         'graph/train.py': [('GNN', _GRAPH, {})],
+        # LSTM cells scanned over time (nn.scan of the cell)
+        'seq2seq/train.py': [
+            ('Encoder', [((2, 5, 6), F32)], {'hidden_size': 4}),
+            ('Seq2seq', [((2, 5, 6), F32), ((2, 4, 6), F32)], {}),
+        ],
     },
     'v0.2': {
         'mnist/train.py': [('CNN', [((2, 28, 28, 1), F32)], {})],
@@ -74,6 +79,14 @@ VERIFIED = {
             ('ConvDown', [((2, 8, 8, 3), F32)], {'features': 4}),
             ('ConvDownRight', [((2, 8, 8, 3), F32)], {'features': 4}),
         ],
+        # shared LSTM cells in a closure scanned by jax_utils.scan_in_dim,
+        # submodules built by a helper method; the decoder's sampled
+        # predictions (output 1) come from a make_rng stream: logits only.
+        'seq2seq/train.py': [
+            ('Encoder', [((2, 5, 6), F32)], {'hidden_size': 4}),
+            ('Seq2seq', [((2, 5, 6), F32), ((2, 4, 6), F32)],
+             {'hidden_size': 4}, {'outputs': [0]}),
+        ],
     },
 }
 
@@ -104,10 +117,11 @@ def test_legacy_examples_verify(upgraded):
     checks = [dict(class_name=c, inputs=i, hyper=h,
                    fields=mods[(rel, c)]['fields'],
                    call=mods[(rel, c)]['call'],
-                   var_kw=mods[(rel, c)]['var_kw']) for c, i, h in cases]
+                   var_kw=mods[(rel, c)]['var_kw'], **opts)
+              for c, i, h, *more in cases for opts in [dict(*more)]]
     results = verify.verify_modules(os.path.join(src, rel),
                                     os.path.join(str(out), rel), checks)
-    for (c, _, h), r in zip(cases, results):
+    for (c, _, h, *_), r in zip(cases, results):
       if r['status'] != 'ok':
         failures.append((rel, c, h, r.get('detail'),
                          r.get('stderr', '')[-1500:]))

@@ -9,6 +9,10 @@
 * ``convert_checkpoint`` / ``flaxlegacy convert CKPT OUT``: a legacy
   checkpoint as a TrainState checkpoint (convert.py).
 * ``flaxlegacy check PATH``: the scanner (check.py).
+* What code rewritten by ``flaxlegacy upgrade`` imports (plain linen, no
+  compatibility layer): ``upgraded`` (program helpers, checkpoints) and
+  ``legacy_cells`` (linen RNN cells whose ``features`` comes from the
+  carry, as legacy's).
 * ``verify_upgrade(...)``: an upgraded (``flaxlegacy upgrade``) module class
   against its legacy original, on the same perturbed parameters
   (flaxlegacy/upgrade/verify.py).

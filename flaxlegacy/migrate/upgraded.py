@@ -226,3 +226,20 @@ def make_rng():
   frame = _FRAMES[-1]
   frame.count += 1
   return jax.random.fold_in(frame.rng, frame.count)
+
+
+def hashable(key):
+  """A 0-d ``jax.Array`` as the NumPy scalar a 2020 ``DeviceArray`` yielded.
+
+  Iterating a legacy ``DeviceArray`` gave NumPy scalars, which are hashable
+  and worked as dict keys; iterating a ``jax.Array`` gives 0-d arrays, which
+  are not.  ``flaxlegacy upgrade`` wraps dict lookups by a loop variable in
+  this (rules/array_keys.py).  Anything else (and a tracer, which no dict
+  lookup accepts either) is returned unchanged.
+  """
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  if (isinstance(key, jax.Array) and not isinstance(key, jax.core.Tracer)
+      and key.ndim == 0):
+    return np.asarray(key)[()]
+  return key

@@ -224,7 +224,11 @@ def _linen_one(mod, spec, ref):
         'upgraded': _shapes(init_vars.get('params', {}))}
   worst = 0.0
   ok = True
-  pairs = [(ref['outputs'], outputs)]
+  if spec.get('outputs') is not None:  # compare only these outputs
+    pairs = [([ref['outputs'][i] for i in spec['outputs']],
+              [outputs[i] for i in spec['outputs']])]
+  else:
+    pairs = [(ref['outputs'], outputs)]
   if ref['new_state']:
     pairs.append((ref['new_state'], new_vars.get('batch_stats', {})))
   for a, b in pairs:

@@ -61,6 +61,8 @@ class ModuleInfo:
   problems: List[str] = dataclasses.field(default_factory=list)
   # name -> rules.methods.Method, for classes with methods besides apply
   methods: dict = dataclasses.field(default_factory=dict)
+  # (class, {keywords}) of calls of shared instances (rules/helpers.py)
+  shared_kw: list = dataclasses.field(default_factory=list)
 
   def report(self):
     return {'file': self.file, 'class': self.name, 'fields': self.fields,
@@ -168,6 +170,10 @@ class _FileVisitor(cst.CSTVisitor):
       if apply is not None:
         from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
         methods.collect_class(info, node)
+      from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
+      extra, info.shared_kw = helpers.shared_calls(node, apply,
+                                                   set(info.params))
+      info.child_calls += extra
       self.f.modules[info.name] = info
       return
 
@@ -330,6 +336,8 @@ class _UsageVisitor(cst.CSTVisitor):
 
   def visit_Call(self, node):
     name = dotted(node.func)
+    from flaxlegacy.upgrade.rules import recurrent  # pylint: disable=g-import-not-at-top
+    self.array.update(recurrent.array_params(node, self.params))
     if isinstance(node.func, cst.Name):
       pos, kw = [], {}
       for a in node.args:
@@ -392,6 +400,8 @@ class CodebaseFacts:
     # Helper methods, and positional arguments at module calls (methods.py).
     from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
     methods.refine_split(self, infos)
+    from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
+    helpers.move_shared_call_params(self, infos)
     # A parameter passed on as a call parameter of a child module is one too
     # (``Decoder(targets=targets)``); repeat until nothing moves.
     changed = True

@@ -2,7 +2,14 @@
 
 import json
 
-SHIPPED_MODULES = []  # flaxlegacy linen modules the rewrite may emit
+# flaxlegacy linen modules the rewrite may emit (importable with
+# FLAXLEGACY=off); upgrade.json's ``shipped_modules`` lists those it did emit
+# (rewritten entries with a ``shipped`` key).
+SHIPPED_MODULES = [
+    'flaxlegacy.migrate.legacy_cells.LSTMCell',
+    'flaxlegacy.migrate.legacy_cells.GRUCell',
+    'flaxlegacy.migrate.legacy_cells.OptimizedLSTMCell',
+]
 
 
 def build(files, codebase):
@@ -17,7 +24,9 @@ def build(files, codebase):
       'version': 1,
       'files': per_file,
       'modules': modules,
-      'shipped_modules': list(SHIPPED_MODULES),
+      'shipped_modules': sorted({
+          r['shipped'] for sf in files for r in sf.report.rewritten
+          if r.get('shipped')}),
       'init_shapes': [dict(s, file=path) for path, f in codebase.files.items()
                       for s in f.init_shapes],
       'summary': {

@@ -165,10 +165,16 @@ class Upgrader(cst.CSTTransformer):
     if q in jax_names.CALLS:
       self._handled.add(id(node.func))
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+    from flaxlegacy.upgrade.rules import recurrent  # pylint: disable=g-import-not-at-top
     modules.module_level_partial_visit(self, node)
+    recurrent.visit_call(self, node)
     return True
 
   def leave_Call(self, original_node, updated_node):
+    from flaxlegacy.upgrade.rules import recurrent  # pylint: disable=g-import-not-at-top
+    new = recurrent.leave_call(self, original_node, updated_node)
+    if new is not None:
+      return new
     q = jax_names.qualify(original_node.func, self.ctx.facts.imports)
     if q in jax_names.CALLS:
       new = jax_names.rewrite_call(updated_node, q, self.ctx.facts.imports,
@@ -313,6 +319,10 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
       new_module = module
     if not new_module.deep_equals(module):
       module, statement_texts = new_module, None
+  from flaxlegacy.upgrade.rules import array_keys  # pylint: disable=g-import-not-at-top
+  new_module = array_keys.run(file_facts, report, module)
+  if new_module is not module:
+    module, statement_texts = new_module, None
   ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
   upgrader = Upgrader(ctx)
   if statement_texts is None:

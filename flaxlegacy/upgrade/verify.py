@@ -63,7 +63,10 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
   """Several ``verify_module`` checks of one file pair, two processes in all.
 
   ``checks``: dicts with the keyword arguments of ``verify_module``
-  (``class_name``, ``inputs``, ``hyper``, ``fields``, ``call``, ``var_kw``).
+  (``class_name``, ``inputs``, ``hyper``, ``fields``, ``call``, ``var_kw``),
+  and optionally ``outputs``: the indices of the output tuple to compare
+  (leave out outputs sampled from a ``make_rng`` stream, which legacy and
+  linen draw differently).
   """
   spec = {'legacy_file': os.path.abspath(legacy_file),
           'upgraded_file': os.path.abspath(upgraded_file),
@@ -73,6 +76,7 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
                          for i in c['inputs']],
               'fields': list(c.get('fields') or []),
               'call': list(c.get('call') or []), 'var_kw': c.get('var_kw'),
+              'outputs': c.get('outputs'),
               'rtol': rtol, 'seed': seed, 'perturb': perturb}
                      for c in checks]}
   with tempfile.TemporaryDirectory() as tmp:

@@ -889,6 +889,8 @@ def convert_class(up, node, info):
   if info.base != 'Module':
     up.todo(node, f'{info.name} subclasses legacy {info.base}: port by hand')
     return node
+  from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
+  node = helpers.prepare_class(up, node)
   apply = None
   others = []
   for stmt in node.body.body:
@@ -907,8 +909,13 @@ def convert_class(up, node, info):
   if others:
     from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
     plan = methods.prepare(up, node, info, apply)
+    if not plan.helpers and plan.why is None:
+      # helpers that make modules for their caller (legacy seq2seq's
+      # _create_modules): rewritten where they are (rules/helpers.py)
+      plan = None
+      node, others = helpers.convert_helpers(up, node, info, apply, others)
   call_fn, rw = _body_of(up, info, plan.apply if plan else apply, plan)
-  helpers = plan.finish(up, node, info, rw) if plan else {}
+  helper_defs = plan.finish(up, node, info, rw) if plan else {}
   others = plan.left if plan else others
   new_body = []
   placed = False
@@ -919,7 +926,7 @@ def convert_class(up, node, info):
         placed = True
       new_body.append(call_fn)
     else:
-      new_body.append(helpers.get(id(stmt), stmt))
+      new_body.append(helper_defs.get(id(stmt), stmt))
   # fields go right after the docstring
   if fields:
     new_body = [s for s in new_body if s not in fields]

@@ -1,0 +1,291 @@
+"""Rule: legacy recurrent cells (``nn.LSTMCell``, ``nn.GRUCell``,
+``nn.OptimizedLSTMCell``) -> linen.
+
+Linen's cells compute what legacy's compute, with the same parameter names
+and shapes (spec legacy-nn.md 3.17), but take ``features`` as a field and
+``initialize_carry`` as an instance method with another signature.
+
+* ``nn.LSTMCell.initialize_carry(rng, batch_dims, size[, init_fn])`` ->
+  ``nn.LSTMCell(size, parent=None).initialize_carry(rng, batch_dims +
+  (size,))`` (``parent=None``: the throw-away cell is no submodule and takes
+  no auto-name).  ``init_fn`` becomes ``carry_init`` when it is an
+  ``nn.initializers`` member (linen calls it with the same key and shape).
+  Inside a module, with the default (zeros) carry, a legacy
+  ``nn.make_rng()`` key is replaced by ``jax.random.PRNGKey(0)``: the carry
+  does not depend on it, and the upgraded module then needs no ``dropout``
+  stream for it (legacy took it from an ``nn.stochastic`` context, which a
+  jitted step may have had only around the jit).
+* Cells constructed in module bodies -- ``nn.LSTMCell.shared(name=...)``,
+  ``nn.LSTMCell(carry, x, name=...)`` -- become
+  ``legacy_cells.LSTMCell(name=...)``: the linen subclass shipped in
+  ``flaxlegacy.migrate.legacy_cells`` whose ``features`` may be left out
+  (legacy reads the hidden size from the carry; the rewrite cannot tell it
+  where the cell is built).
+* A cell as the body of a scan -- ``jax_utils.scan_in_dim(nn.LSTMCell.partial(
+  name=...), carry, xs, axis=a)``, ``jax.lax.scan(nn.LSTMCell.partial(
+  name=...), carry, xs)`` -- becomes the lifted ``nn.scan`` of the cell with
+  the parameters broadcast over time (one set, at the same path).
+* Unnamed cells (legacy auto-names them on the shared counter) and any
+  other form keep a TODO.
+"""
+
+import libcst as cst
+
+from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.rules import jax_names
+
+CELLS = ('LSTMCell', 'GRUCell', 'OptimizedLSTMCell')
+# legacy apply hyper-parameters; linen's fields have the same names
+CELL_HYPER = ('gate_fn', 'activation_fn', 'kernel_init',
+              'recurrent_kernel_init', 'bias_init')
+SHIPPED = 'legacy_cells'
+SHIPPED_IMPORT = 'flaxlegacy.migrate.legacy_cells'
+SCANS = ('flax.jax_utils.scan_in_dim', 'jax.lax.scan')
+
+
+def _e(src):
+  return cst.parse_expression(src)
+
+
+def _kwarg(value, keyword):
+  return cst.Arg(value=value, keyword=cst.Name(keyword),
+                 equal=cst.AssignEqual(
+                     whitespace_before=cst.SimpleWhitespace(''),
+                     whitespace_after=cst.SimpleWhitespace('')))
+
+
+def _clean(args):
+  args = list(args)
+  out = []
+  for i, a in enumerate(args):
+    comma = (cst.Comma(whitespace_after=cst.SimpleWhitespace(' '))
+             if i < len(args) - 1 else cst.MaybeSentinel.DEFAULT)
+    out.append(a.with_changes(comma=comma))
+  return out
+
+
+def _cell(up, expr):
+  """'LSTMCell' when ``expr`` is the legacy ``nn.LSTMCell`` (etc.)."""
+  attr = facts_lib.legacy_attr(expr, up.ctx.facts.nn_prefixes)
+  return attr if attr in CELLS else None
+
+
+def _cell_method(up, func, method):
+  """The cell name for ``nn.<Cell>.<method>``, else None."""
+  if isinstance(func, cst.Attribute) and func.attr.value == method:
+    return _cell(up, func.value)
+  return None
+
+
+def _in_module(up):
+  return hasattr(up, 'info')  # modules.ApplyRewriter
+
+
+def _bind(args, names):
+  """{name: Arg} for a call's arguments, or None (*args, unknown keyword)."""
+  out = {}
+  for i, a in enumerate(args):
+    if a.star:
+      return None
+    k = a.keyword.value if a.keyword is not None else (
+        names[i] if i < len(names) else None)
+    if k is None or k not in names or k in out:
+      return None
+    out[k] = a
+  return out
+
+
+def _scan_body(up, call):
+  """(cell, partial call) when ``call`` is a scan with a cell body."""
+  q = jax_names.qualify(call.func, up.ctx.facts.imports)
+  if q not in SCANS or not call.args:
+    return None
+  body = call.args[0].value
+  if isinstance(body, cst.Call):
+    cell = _cell_method(up, body.func, 'partial')
+    if cell:
+      return cell, body
+  elif _cell(up, body):
+    return _cell(up, body), None
+  return None
+
+
+def visit_call(up, node):
+  """Marks the legacy attributes a rewrite below consumes (no leftover TODO)."""
+  f = node.func
+  for method in ('initialize_carry', 'shared'):
+    if _cell_method(up, f, method) and (method == 'initialize_carry'
+                                        or _in_module(up)):
+      up._handled.update((id(f), id(f.value)))  # pylint: disable=protected-access
+  if _cell(up, f) and _in_module(up):
+    up._handled.add(id(f))  # pylint: disable=protected-access
+  scan = _scan_body(up, node)
+  if scan is not None and _in_module(up):
+    body = node.args[0].value
+    up._handled.add(id(body))  # pylint: disable=protected-access
+    if isinstance(body, cst.Call):
+      up._handled.update((id(body.func), id(body.func.value)))  # pylint: disable=protected-access
+
+
+def leave_call(up, original, updated):
+  """The rewritten call, or None when this rule does not apply."""
+  f = original.func
+  cell = _cell_method(up, f, 'initialize_carry')
+  if cell:
+    return _initialize_carry(up, original, updated, cell)
+  if not _in_module(up):
+    return None
+  cell = _cell_method(up, f, 'shared')
+  if cell:
+    new = _construct(up, original, updated.args, cell, 'shared')
+    return updated if new is None else new
+  cell = _cell(up, f)
+  if cell:
+    args = list(updated.args)
+    inputs, rest = args[:2], args[2:]
+    if len(inputs) != 2 or any(a.keyword is not None or a.star
+                               for a in inputs):
+      up.todo(original, f'nn.{cell} call form: (carry, inputs, **hyper) '
+              'expected')
+      return updated
+    ctor = _construct(up, original, rest, cell, 'call')
+    if ctor is None:
+      return updated
+    return cst.Call(func=ctor, args=_clean(
+        [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+         for a in inputs]))
+  scan = _scan_body(up, original)
+  if scan is not None:
+    return _scan(up, original, updated, *scan)
+  return None
+
+
+def _construct(up, original, args, cell, how):
+  """``legacy_cells.<Cell>(name=..., **hyper)``, or None (and a TODO)."""
+  args = list(args)
+  kws = [a.keyword.value if a.keyword is not None else None for a in args]
+  if any(a.star for a in args) or None in kws:
+    up.todo(original, f'nn.{cell}.{how} with positional or ** arguments')
+    return None
+  bad = [k for k in kws if k != 'name' and k not in CELL_HYPER]
+  if bad:
+    up.todo(original, f'nn.{cell}: arguments {bad} have no linen cell field')
+    return None
+  if 'name' not in kws:
+    up.todo(original, f'unnamed nn.{cell}: legacy auto-names it on the '
+            'shared counter; give it a name= and upgrade again')
+    return None
+  up.ctx.needed_imports.add(SHIPPED_IMPORT)
+  up.rewrote(original, 'recurrent', f'nn.{cell}.{how} -> {SHIPPED}.{cell} '
+             '(hidden size from the carry)')
+  up.ctx.report.rewritten[-1]['shipped'] = f'{SHIPPED_IMPORT}.{cell}'
+  return cst.Call(func=_e(f'{SHIPPED}.{cell}'), args=_clean(args))
+
+
+def _initialize_carry(up, original, updated, cell):
+  bound = _bind(updated.args, ('rng', 'batch_dims', 'size', 'init_fn'))
+  obound = _bind(original.args, ('rng', 'batch_dims', 'size', 'init_fn'))
+  if bound is None or not {'rng', 'batch_dims', 'size'} <= set(bound):
+    up.todo(original, f'nn.{cell}.initialize_carry(rng, batch_dims, size, '
+            'init_fn) expected')
+    return updated
+  ctor_args = [cst.Arg(value=bound['size'].value),
+               _kwarg(_e('None'), 'parent')]
+  zeros = True
+  if 'init_fn' in bound:
+    init = obound['init_fn'].value
+    attr = facts_lib.legacy_attr(
+        init.func if isinstance(init, cst.Call) else init,
+        up.ctx.facts.nn_prefixes)
+    if attr is None or not attr.startswith('initializers.'):
+      up.todo(original, f'nn.{cell}.initialize_carry with an init_fn that is '
+              'not an nn.initializers member: linen calls carry_init(key, '
+              'shape, dtype)')
+      return updated
+    if attr != 'initializers.zeros':
+      zeros = False
+      ctor_args.append(_kwarg(bound['init_fn'].value, 'carry_init'))
+  rng = bound['rng'].value
+  orng = obound['rng'].value
+  if (zeros and _in_module(up) and isinstance(orng, cst.Call)
+      and not orng.args and facts_lib.legacy_attr(
+          orng.func, up.ctx.facts.nn_prefixes) == 'make_rng'):
+    rng = _e('jax.random.PRNGKey(0)')
+    up.ctx.needed_imports.add('jax')
+  dims = bound['batch_dims'].value
+  size = bound['size'].value
+  if isinstance(dims, cst.Tuple) and not any(
+      isinstance(e, cst.StarredElement) for e in dims.elements):
+    elements = [e.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                for e in dims.elements] + [cst.Element(value=size)]
+    shape = cst.Tuple(elements=_clean(elements))
+  else:
+    shape = cst.BinaryOperation(
+        left=cst.Call(func=cst.Name('tuple'), args=[cst.Arg(value=dims)]),
+        operator=cst.Add(),
+        right=cst.Tuple(elements=[cst.Element(
+            value=size, comma=cst.Comma())]))
+  ctor = cst.Call(func=updated.func.value, args=_clean(ctor_args))
+  up.rewrote(original, 'recurrent', f'nn.{cell}.initialize_carry -> linen '
+             'initialize_carry')
+  return cst.Call(func=cst.Attribute(value=ctor,
+                                     attr=cst.Name('initialize_carry')),
+                  args=_clean([cst.Arg(value=rng), cst.Arg(value=shape)]))
+
+
+def _scan(up, original, updated, cell, partial):
+  q = jax_names.qualify(original.func, up.ctx.facts.imports)
+  if partial is None:
+    up.todo(original, f'nn.{cell} as a scan body without a name: legacy '
+            'auto-names it; use nn.{cell}.partial(name=...)')
+    return updated
+  if q.endswith('scan_in_dim'):
+    bound = _bind(updated.args, ('body_fn', 'init', 'xs', 'axis', 'keepdims'))
+  else:
+    bound = _bind(updated.args, ('f', 'init', 'xs'))
+  if bound is None or not {'init', 'xs'} <= set(bound):
+    up.todo(original, f'{q} with a cell body: call form not recognised')
+    return updated
+  axis = 0
+  if 'axis' in bound:
+    a = bound['axis'].value
+    if isinstance(a, cst.Tuple) and len(a.elements) == 1:
+      a = a.elements[0].value
+    if not isinstance(a, cst.Integer):
+      up.todo(original, f'{q} over several or non-literal axes')
+      return updated
+    axis = int(a.value)
+  if 'keepdims' in bound and not (
+      isinstance(bound['keepdims'].value, cst.Name)
+      and bound['keepdims'].value.value == 'False'):
+    up.todo(original, f'{q} with keepdims')
+    return updated
+  ctor = _construct(up, original, updated.args[0].value.args, cell, 'partial')
+  if ctor is None:
+    return updated
+  prefix = up._prefix()  # pylint: disable=protected-access
+  axes = f', in_axes={axis}, out_axes={axis}' if axis else ''
+  lifted = _e(f"{prefix}.scan({SHIPPED}.{cell}, variable_broadcast='params', "
+              f"split_rngs={{'params': False}}{axes})")
+  up.rewrote(original, 'recurrent', f'{q} over nn.{cell} -> {prefix}.scan')
+  return cst.Call(func=ctor.with_changes(func=lifted), args=_clean(
+      [cst.Arg(value=bound['init'].value), cst.Arg(value=bound['xs'].value)]))
+
+
+def array_params(call, params):
+  """Parameters passed as arrays to a scan or a legacy cell (facts split).
+
+  ``scan_in_dim(f, init, xs)`` / ``lax.scan(f, init, xs)``: ``init`` and
+  ``xs``; ``nn.LSTMCell(carry, x, ...)``: ``carry`` and ``x``.
+  """
+  name = facts_lib.dotted(call.func) or ''
+  if name.endswith(('scan_in_dim', 'lax.scan')):
+    args = [a for a in call.args[1:3] if a.keyword is None] + [
+        a for a in call.args if a.keyword is not None
+        and a.keyword.value in ('init', 'xs')]
+  elif name.split('.')[-1] in CELLS:
+    args = [a for a in call.args[:2] if a.keyword is None]
+  else:
+    return []
+  return [a.value.value for a in args if isinstance(a.value, cst.Name)
+          and a.value.value in params and not a.star]
