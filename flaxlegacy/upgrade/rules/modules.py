@@ -27,10 +27,12 @@ import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 
 Ref = collections.namedtuple('Ref', 'kind target extra')
 # kind: 'layer' (target: Layer), 'class' (target: ModuleInfo),
+#       'attention' (target: the legacy attr; rules/attention.py),
 #       'partial' (target: inner Ref), 'shared' (target: inner Ref),
 #       'dropout'.
 # extra: for 'class' from an IfExp or a variable: the source expression of
@@ -85,6 +87,8 @@ class Resolver:
     ctx = self.up.ctx
     attr = facts_lib.legacy_attr(expr, ctx.facts.nn_prefixes)
     if attr is not None:
+      if attention_rule.legacy_name(attr):
+        return Ref('attention', attr, None)
       if attr in layers_rule.LAYERS:
         return Ref('layer', layers_rule.LAYERS[attr], None)
       if attr == 'dropout':
@@ -122,6 +126,8 @@ def _type_name(ref):
   """Legacy default name of what ``ref`` constructs, or None (runtime)."""
   if ref.kind == 'layer':
     return ref.target.legacy
+  if ref.kind == 'attention':
+    return attention_rule.TYPE_NAME
   if ref.kind == 'class':
     return None if ref.extra == 'ambiguous' else ref.target.name
   if ref.kind == 'partial':
@@ -217,7 +223,8 @@ class _NamePlan(cst.CSTVisitor):
 
   def visit_Call(self, node):
     ref = self._ref(node)
-    auto = (ref is not None and ref.kind in ('layer', 'class', 'partial')
+    auto = (ref is not None and ref.kind in ('layer', 'class', 'partial',
+                                             'attention')
             and _call_name(node) is None)
     if auto and self._open_calls:
       self.nested = True
@@ -232,7 +239,8 @@ class _NamePlan(cst.CSTVisitor):
         and self.resolver(f.value) is not None and _call_name(node) is None):
       self._event(node, None)
       return
-    if ref is None or ref.kind not in ('layer', 'class', 'partial'):
+    if ref is None or ref.kind not in ('layer', 'class', 'partial',
+                                       'attention'):
       return
     if _call_name(node) is not None:
       return
@@ -489,6 +497,9 @@ class ApplyRewriter(transform.Upgrader):
       return updated_node
     if ref.kind == 'dropout':
       return self._dropout(original_node, updated_node)
+    if ref.kind == 'attention':
+      return attention_rule.rewrite(self, original_node, updated_node,
+                                    ref.target)
     return self._module_call(original_node, updated_node, ref)
 
   def _self_method(self, original, updated, method):
