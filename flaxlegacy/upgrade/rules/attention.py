@@ -127,6 +127,7 @@ def rewrite(up, original, updated, attr):
   sig = ('inputs_q',) + (PARAMS if kind == 'MultiHeadDotProductAttention'
                          else ())
   bound = {}
+  keys = []  # the legacy parameter of each argument
   name_arg = None
   for i, a in enumerate(args):
     if a.star:
@@ -141,6 +142,7 @@ def rewrite(up, original, updated, attr):
                 'input)')
         return updated
       k = sig[i]
+    keys.append(k)
     if k == 'name':
       name_arg = a
       continue
@@ -174,27 +176,31 @@ def rewrite(up, original, updated, attr):
         left=cache, comparisons=[cst.ComparisonTarget(
             operator=cst.IsNot(), comparator=cst.Name('None'))])
 
-  ctor = []
-  for k in PARAMS:
-    if k in CTOR and k in bound:
-      ctor.append(modules._arg(bound[k], CTOR[k]))  # pylint: disable=protected-access
+  # The constructor keeps the legacy call's layout (each argument with its
+  # own comma and line break); the mask helper reuses it.
+  line_comma = next((a.comma for a in args if isinstance(a.comma, cst.Comma)),
+                    cst.MaybeSentinel.DEFAULT)
+  ctor, mask_args = [], []
+  for a, k in zip(args, keys):
+    if k in CTOR:
+      ctor.append(_keyword(a, CTOR[k]))
+    elif k in MASK_ARGS:
+      mask_args.append(_keyword(a, k))
   if 'dropout_rate' in bound and 'deterministic' not in bound:
     # legacy default; linen's has none
     ctor.append(modules._arg(cst.Name('False'), 'deterministic'))  # pylint: disable=protected-access
   if decode is not None:
     ctor.append(modules._arg(decode, 'decode'))  # pylint: disable=protected-access
-
-  mask_args = [modules._arg(q.deep_clone())]  # pylint: disable=protected-access
-  if kv is not None:
-    mask_args.append(modules._arg(kv.deep_clone()))  # pylint: disable=protected-access
-  for k in MASK_ARGS:
-    if k in bound:
-      mask_args.append(modules._arg(bound[k], k))  # pylint: disable=protected-access
-  if decode is not None:
     mask_args.append(modules._arg(decode.deep_clone(), 'decode'))  # pylint: disable=protected-access
+  inputs = [modules._arg(q.deep_clone())]  # pylint: disable=protected-access
+  if kv is not None:
+    inputs.append(modules._arg(kv.deep_clone()))  # pylint: disable=protected-access
+  if mask_args:
+    inputs[-1] = inputs[-1].with_changes(comma=line_comma)
   up.ctx.needed_imports.add(MASK_HELPER)
   mask = cst.Call(func=cst.Name(MASK_HELPER.rsplit('.', 1)[1]),
-                  args=modules._clean_args(mask_args))  # pylint: disable=protected-access
+                  args=modules._clean_args(inputs + mask_args),  # pylint: disable=protected-access
+                  whitespace_before_args=updated.whitespace_before_args)
   call = [modules._arg(q)]  # pylint: disable=protected-access
   if kv is not None:
     call.append(modules._arg(kv))  # pylint: disable=protected-access
@@ -215,6 +221,14 @@ def rewrite(up, original, updated, attr):
   func = modules._expr(up._prefix() + '.MultiHeadDotProductAttention')  # pylint: disable=protected-access
   up.rewrote(original, 'attention', f'nn.{attr} -> linen '
              'MultiHeadDotProductAttention with the legacy mask')
-  return cst.Call(func=cst.Call(func=func,
-                                args=modules._clean_args(ctor)),  # pylint: disable=protected-access
+  return cst.Call(func=cst.Call(
+      func=func, args=modules._clean_args(ctor),  # pylint: disable=protected-access
+      whitespace_before_args=updated.whitespace_before_args),
                   args=modules._clean_args(call))  # pylint: disable=protected-access
+
+
+def _keyword(a, keyword):
+  """The legacy Arg ``a`` as ``keyword=value``, keeping its comma."""
+  return a.with_changes(keyword=cst.Name(keyword), equal=cst.AssignEqual(
+      whitespace_before=cst.SimpleWhitespace(''),
+      whitespace_after=cst.SimpleWhitespace('')))
