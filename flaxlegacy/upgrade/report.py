@@ -2,7 +2,11 @@
 
 import json
 
-SHIPPED_MODULES = []  # flaxlegacy linen modules the rewrite may emit
+# flaxlegacy linen modules / helpers the rewrite may emit (all plain linen /
+# jax.numpy, importable with FLAXLEGACY=off)
+SHIPPED_MODULES = [
+    'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask',
+]
 
 
 def build(files, codebase):
