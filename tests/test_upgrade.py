@@ -161,8 +161,8 @@ TODO_CASES = [
         from flax import nn
         class M(nn.Module):
           def apply(self, x):
-            return nn.SelfAttention(x, num_heads=2)
-        ''', 'nn.SelfAttention: attention axes'),
+            return nn.SelfAttention(x, num_heads=2, attention_fn=my_fn)
+        ''', 'a legacy attention_fn takes the legacy keyword interface'),
     ('group_norm', '''
         from flax import nn
         class M(nn.Module):

@@ -1,5 +1,6 @@
 """flaxlegacy upgrade on legacy Flax's own examples (google/flax tags
-v0.1.0rc2, v0.2 and 0.3.0), verified numerically against the legacy modules; the upgraded
+v0.1.0rc2, v0.2 and 0.3.0 -- the mirror's tag names), verified numerically
+against the legacy modules; the upgraded
 side runs with FLAXLEGACY=off.
 
 Needs a google/flax clone: set LEGACY_FLAX_GIT (the tests skip without it,
@@ -89,6 +90,45 @@ VERIFIED = {
         ],
     },
 }
+
+# Transformers (wmt, lm1b, nlp_seq): legacy attention -> linen
+# MultiHeadDotProductAttention + legacy_attention_mask (rules/attention.py).
+# wmt's Transformer is left out: its @nn.module_method encode/decode (a
+# TODO of the module-methods rule) keep the upgraded class from loading.
+_T_SMALL = {'emb_dim': 8, 'num_heads': 2, 'num_layers': 2, 'qkv_dim': 8,
+            'mlp_dim': 16, 'max_len': 16}
+_T_BLOCK = {'qkv_dim': 8, 'mlp_dim': 16, 'num_heads': 2,
+            'deterministic': True}
+_TRANSFORMERS = {
+    'wmt/models.py': [
+        ('MlpBlock', [((2, 5, 8), F32)], {'mlp_dim': 16,
+                                           'deterministic': True}),
+        ('Encoder1DBlock', [((2, 5, 8), F32)], _T_BLOCK),
+        ('EncoderDecoder1DBlock', [((2, 6, 8), F32), ((2, 5, 8), F32)],
+         _T_BLOCK),
+        ('Encoder', [((2, 5), 'int32')],
+         dict(_T_SMALL, vocab_size=7, train=False)),
+        # encoded, src_padding_mask (ints 0..2: some padding), targets
+        ('Decoder', [((2, 5, 8), F32), ((2, 5, 1), 'int32'),
+                     ((2, 6), 'int32')],
+         dict(_T_SMALL, output_vocab_size=7, train=False)),
+    ],
+    'lm1b/models.py': [
+        ('Embed', [((2, 5), 'int32')], {'num_embeddings': 7, 'features': 8}),
+        ('AddPositionEmbs', [((2, 5, 8), F32)], {'max_len': 16}),
+        ('Transformer1DBlock', [((2, 5, 8), F32)],
+         dict(_T_BLOCK, causal_mask=True)),
+        ('TransformerLM', [((2, 5), 'int32')], dict(_T_SMALL, vocab_size=7)),
+    ],
+}
+VERIFIED['v0.2'].update(_TRANSFORMERS)
+VERIFIED['v0.2']['nlp_seq/models.py'] = [
+    ('Transformer1DBlock', [((2, 5, 8), F32)], _T_BLOCK),
+    ('Transformer', [((2, 5), 'int32')],
+     dict(_T_SMALL, vocab_size=7, output_vocab_size=5, train=False)),
+]
+# google/flax spells this tag without the v; nlp_seq is not in it.
+VERIFIED['0.3.0'] = dict(_TRANSFORMERS)
 
 
 def _export(tag, dst):

@@ -354,6 +354,8 @@ class _UsageVisitor(cst.CSTVisitor):
         self.child_calls.append((node.func.value, pos, kw))
     if name in NOT_ARRAY_CALLS:
       return
+    from flaxlegacy.upgrade.rules import attention  # pylint: disable=g-import-not-at-top
+    self.array |= attention.array_params(node.func, node.args, self.params)
     if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
         'partial', 'shared'):
       return

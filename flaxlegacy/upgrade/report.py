@@ -2,13 +2,15 @@
 
 import json
 
-# flaxlegacy linen modules the rewrite may emit (importable with
-# FLAXLEGACY=off); upgrade.json's ``shipped_modules`` lists those it did emit
-# (rewritten entries with a ``shipped`` key).
+# flaxlegacy linen modules and helpers the rewrite may emit (plain linen /
+# jax.numpy, importable with FLAXLEGACY=off); upgrade.json's
+# ``shipped_modules`` lists those it did emit (rewritten entries with a
+# ``shipped`` key).
 SHIPPED_MODULES = [
     'flaxlegacy.migrate.legacy_cells.LSTMCell',
     'flaxlegacy.migrate.legacy_cells.GRUCell',
     'flaxlegacy.migrate.legacy_cells.OptimizedLSTMCell',
+    'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask',
 ]
 
 

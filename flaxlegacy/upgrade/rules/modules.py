@@ -27,10 +27,14 @@ import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
+from flaxlegacy.upgrade.rules import partial_locals
 
 Ref = collections.namedtuple('Ref', 'kind target extra')
 # kind: 'layer' (target: Layer), 'class' (target: ModuleInfo),
+#       'attention' (target: the legacy attr; rules/attention.py),
+#       'instance' (target: inner Ref; rules/partial_locals.py),
 #       'partial' (target: inner Ref), 'shared' (target: inner Ref),
 #       'dropout'.
 # extra: for 'class' from an IfExp or a variable: the source expression of
@@ -85,6 +89,8 @@ class Resolver:
     ctx = self.up.ctx
     attr = facts_lib.legacy_attr(expr, ctx.facts.nn_prefixes)
     if attr is not None:
+      if attention_rule.legacy_name(attr):
+        return Ref('attention', attr, None)
       if attr in layers_rule.LAYERS:
         return Ref('layer', layers_rule.LAYERS[attr], None)
       if attr == 'dropout':
@@ -122,9 +128,11 @@ def _type_name(ref):
   """Legacy default name of what ``ref`` constructs, or None (runtime)."""
   if ref.kind == 'layer':
     return ref.target.legacy
+  if ref.kind == 'attention':
+    return attention_rule.TYPE_NAME
   if ref.kind == 'class':
     return None if ref.extra == 'ambiguous' else ref.target.name
-  if ref.kind == 'partial':
+  if ref.kind in ('partial', 'instance'):
     return _type_name(ref.target)
   return None
 
@@ -217,7 +225,8 @@ class _NamePlan(cst.CSTVisitor):
 
   def visit_Call(self, node):
     ref = self._ref(node)
-    auto = (ref is not None and ref.kind in ('layer', 'class', 'partial')
+    auto = (ref is not None and ref.kind in ('layer', 'class', 'partial',
+                                             'attention', 'instance')
             and _call_name(node) is None)
     if auto and self._open_calls:
       self.nested = True
@@ -232,7 +241,8 @@ class _NamePlan(cst.CSTVisitor):
         and self.resolver(f.value) is not None and _call_name(node) is None):
       self._event(node, None)
       return
-    if ref is None or ref.kind not in ('layer', 'class', 'partial'):
+    if ref is None or ref.kind not in ('layer', 'class', 'partial',
+                                       'attention', 'instance'):
       return
     if _call_name(node) is not None:
       return
@@ -406,10 +416,21 @@ class ApplyRewriter(transform.Upgrader):
                                  if v is not None})
     self.assigned_fields = sorted(self.fields & scan.assigned)
     self._skip_names = set()
+    # locals holding X.partial(...) or a module from outside (wmt's embed)
+    self.instance_locals = partial_locals.find(fn.body, self.resolver,
+                                               self.resolver.locals)
+    for name, (pref, _, _, _) in self.instance_locals.items():
+      self.resolver.locals[name] = Ref('instance', pref.target, None)
     plan = self.plan_class(self.resolver, self.resolver.locals)
     fn.body.visit(plan)
     self.dynamic = plan.dynamic
     self.names = None
+    self.instance_partials = {}  # id(X.partial call) -> legacy name or None
+    for name, (pref, values, call, _) in self.instance_locals.items():
+      legacy = None if plan.dynamic else partial_locals.legacy_name(
+          plan.events, call, _type_name(pref))
+      for v in values:
+        self.instance_partials[id(v)] = (name, legacy)
     if not plan.dynamic:
       self.names = plan_names(plan.events)
       if self.names is None:
@@ -465,6 +486,9 @@ class ApplyRewriter(transform.Upgrader):
     return True
 
   def leave_Call(self, original_node, updated_node):
+    if id(original_node) in self.instance_partials:
+      inner = self.resolver(original_node.func.value)
+      return self._instance(original_node, updated_node, inner)
     updated = super().leave_Call(original_node, updated_node)
     if updated is not updated_node:
       return updated
@@ -480,6 +504,10 @@ class ApplyRewriter(transform.Upgrader):
     if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and (
         f.value.value == 'self'):
       return self._self_method(original_node, updated_node, f.attr.value)
+    if isinstance(f, cst.Attribute) and isinstance(
+        f.value, cst.Name) and f.value.value in self.instance_locals:
+      self.todo(original_node, partial_locals.ATTR_TODO.format(
+          name=f.value.value, attr=f.attr.value))
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       inner = self.resolver(f.value)
       if inner is not None and inner.kind in ('layer', 'class'):
@@ -491,6 +519,11 @@ class ApplyRewriter(transform.Upgrader):
       return updated_node
     if ref.kind == 'dropout':
       return self._dropout(original_node, updated_node)
+    if ref.kind == 'attention':
+      return attention_rule.rewrite(self, original_node, updated_node,
+                                    ref.target)
+    if ref.kind == 'instance':
+      return updated_node  # calls a module instance (rules/partial_locals)
     return self._module_call(original_node, updated_node, ref)
 
   def _self_method(self, original, updated, method):
@@ -592,6 +625,29 @@ class ApplyRewriter(transform.Upgrader):
     if name is None:
       return None
     return cst.SimpleString(repr(name))
+
+  def _instance(self, original, updated, inner):
+    """``X.partial(**kw)`` held by a local called once -> ``X(**kw, name=)``."""
+    local, legacy = self.instance_partials[id(original)]
+    args = list(updated.args)
+    if legacy is None or any(a.star or a.keyword is None for a in args):
+      self.todo(original, f'{local} holds X.partial(...) or a module from '
+                'outside: cannot tell the legacy name of its call')
+      return updated
+    if inner.kind == 'class':
+      if any(_kw(a) not in inner.target.fields + ['name'] for a in args):
+        self.todo(original, '.partial binds call parameters')
+        return updated
+      kwargs = args
+    else:
+      kwargs = _add_layer_defaults(
+          inner.target, [_layer_kwarg(a, inner.target) for a in args])
+    if _call_name(original) is None:
+      kwargs = list(kwargs) + [_arg(cst.SimpleString(repr(legacy)), 'name')]
+    self.rewrote(original, 'partial', f'.partial held by {local} (called '
+                 'once) -> one module instance')
+    return cst.Call(func=_ctor_expr(self, inner, updated.func.value),
+                    args=_clean_args(kwargs))
 
   def _shared(self, original, updated, inner):
     """``X.shared(**kw)`` -> ``X(**kw)``: one instance, called repeatedly."""

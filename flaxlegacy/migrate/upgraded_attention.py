@@ -1,0 +1,134 @@
+"""Legacy attention masks for linen attention (used by ``flaxlegacy upgrade``).
+
+Plain ``jax.numpy`` on top of linen: importing this module does not activate
+the compatibility layer, so upgraded code that uses it runs with
+``FLAXLEGACY=off``.
+
+Legacy ``nn.SelfAttention`` / ``nn.MultiHeadDotProductAttention`` took its
+masks as arguments (``causal_mask``, ``padding_mask``, ``key_padding_mask``,
+``segmentation``, ``key_segmentation``) and built them itself; linen's
+``MultiHeadDotProductAttention`` takes one boolean ``mask``.  The upgrade
+rewrites a legacy attention call into linen's module called with
+``mask=legacy_attention_mask(...)``: the same mask, built with the legacy
+rules (docs: /work/shared/spec/legacy-nn.md 3.14-3.15, the 0.3.0+ padding
+rules that flaxlegacy's own ``flax.nn`` follows):
+
+* causal: ``q >= k`` over the key length;
+* padding: only when ``padding_mask`` or ``key_padding_mask`` is given and
+  the call does not decode; a missing side is the other one for
+  self-attention (``inputs_kv is inputs_q``), all-True otherwise; the two
+  combine by ``multiply`` (``[batch, L]`` or ``[batch, L, 1]`` masks);
+* segmentation: ``segmentation[b, i] == key_segmentation[b, j]``;
+  ``key_segmentation`` defaults to ``segmentation`` for self-attention only;
+* one component counts where it is ``> 0``; several are combined with
+  ``logical_and``.
+
+Legacy added ``-1e10`` to the masked logits; linen replaces them with
+``finfo.min``.  Both give a masked position the weight 0, and a row with
+every position masked the uniform weights (float32: ``logit - 1e10`` rounds
+to ``-1e10`` for every ``|logit| < 512``).
+
+Only one attention axis, the one before the features, has a linen
+equivalent; anything else raises ``ValueError`` (legacy attended jointly
+over several axes).
+"""
+
+import jax.numpy as jnp
+
+__all__ = ['legacy_attention_mask']
+
+
+def _axes(attention_axis, ndim):
+  if attention_axis is None:
+    return tuple(range(1, ndim - 1))
+  if isinstance(attention_axis, int):
+    attention_axis = (attention_axis,)
+  return tuple(attention_axis)
+
+
+def _flat(mask, batch, length, what):
+  """A legacy ``[batch, L]`` / ``[batch, L, 1]`` / ``[L]`` mask as 2-D."""
+  mask = jnp.asarray(mask)
+  if mask.shape in ((batch, length), (batch, length, 1)):
+    return mask.reshape(batch, length)
+  if mask.shape == (length,):  # legacy's all-True filler has no batch axis
+    return mask[None, :]
+  raise ValueError(f'{what} of shape {mask.shape}: expected [batch, length] '
+                   f'or [batch, length, 1] with batch={batch}, '
+                   f'length={length}')
+
+
+def legacy_attention_mask(inputs_q, inputs_kv=None, *, attention_axis=None,
+                          causal_mask=False, padding_mask=None,
+                          key_padding_mask=None, segmentation=None,
+                          key_segmentation=None, decode=False):
+  """The legacy attention mask as a linen boolean mask, or None.
+
+  Args:
+    inputs_q: the query input ``[batch, L, features]``.
+    inputs_kv: the key/value input; None (or ``inputs_q`` itself) for
+      self-attention.
+    attention_axis: the legacy ``attention_axis`` (default: every axis between
+      batch and features).
+    causal_mask, padding_mask, key_padding_mask, segmentation,
+      key_segmentation: the legacy arguments of the attention call.
+    decode: the legacy call had a ``cache`` (linen ``decode=True``).
+  Returns:
+    A boolean ``[batch or 1, 1, Lq, Lk]`` mask for linen's
+    ``MultiHeadDotProductAttention(...)(..., mask=...)``, or None when the
+    legacy call had no mask.
+  Raises:
+    ValueError: for attention over another axis than the one before the
+      features (no linen equivalent), or masks of unexpected shapes.
+    AssertionError: where legacy asserted (a cache without ``causal_mask``,
+      cross-attention segmentation without ``key_segmentation``).
+  """
+  if inputs_kv is None:
+    inputs_kv = inputs_q
+  is_self_attention = inputs_kv is inputs_q
+  ndim = inputs_q.ndim
+  axes = _axes(attention_axis, ndim)
+  if axes != (ndim - 2,):
+    raise ValueError(
+        f'legacy attention over axes {axes} of a rank-{ndim} input: linen '
+        'attends over the axis before the features only (axis '
+        f'{ndim - 2}); port this attention by hand')
+  assert causal_mask or not decode, (
+      'Caching is only support for causal attention.')
+  has_masks = (causal_mask or padding_mask is not None
+               or key_padding_mask is not None or segmentation is not None)
+  if not has_masks:
+    return None
+  if ndim != 3:
+    raise ValueError(f'legacy attention masks on a rank-{ndim} input: the '
+                     'upgrade supports [batch, length, features] inputs only')
+  batch, lq = inputs_q.shape[0], inputs_q.shape[1]
+  lk = inputs_kv.shape[1]
+  masks = []
+  if causal_mask:
+    # legacy: on the (projected) key, both axes of key length
+    pos = jnp.arange(lk, dtype=jnp.int32)
+    masks.append((pos[:, None] >= pos[None, :])[None, None])
+  if (padding_mask is not None or key_padding_mask is not None) and (
+      not decode):
+    if key_padding_mask is None:
+      key_padding_mask = (padding_mask if is_self_attention
+                          else jnp.full((lk,), True))
+    if padding_mask is None:
+      padding_mask = (key_padding_mask if is_self_attention
+                      else jnp.full((lq,), True))
+    q = _flat(padding_mask, batch, lq, 'padding_mask')
+    k = _flat(key_padding_mask, batch, lk, 'key_padding_mask')
+    masks.append(jnp.multiply(q[:, :, None], k[:, None, :])[:, None])
+  if segmentation is not None:
+    if key_segmentation is None:
+      assert is_self_attention, (
+          'key_segmentation is required for encoder-decoder attention')
+      key_segmentation = segmentation
+    q = _flat(segmentation, batch, lq, 'segmentation')
+    k = _flat(key_segmentation, batch, lk, 'key_segmentation')
+    masks.append(jnp.equal(q[:, :, None], k[:, None, :])[:, None])
+  mask = masks[0]
+  for other in masks[1:]:
+    mask = jnp.logical_and(mask, other)
+  return mask > 0

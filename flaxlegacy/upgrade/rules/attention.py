@@ -1,0 +1,235 @@
+"""Rule: legacy attention calls -> linen ``MultiHeadDotProductAttention``.
+
+``nn.SelfAttention(x, num_heads=8, causal_mask=True, padding_mask=pm,
+bias=False, cache=cache)`` becomes::
+
+    nn.MultiHeadDotProductAttention(num_heads=8, use_bias=False,
+        decode=cache is not None, name=...)(
+        x, mask=legacy_attention_mask(x, causal_mask=True, padding_mask=pm,
+                                      decode=cache is not None))
+
+* Parameters: linen's module has the same children ``query`` / ``key`` /
+  ``value`` (``DenseGeneral`` kernels ``(in, heads, head_dim)``, biases
+  ``(heads, head_dim)``) and ``out`` (kernel ``(heads, head_dim, out)``), so
+  the legacy tree is kept.  Legacy ``SelfAttention`` is a partial of
+  ``MultiHeadDotProductAttention``, so both take the legacy auto-name
+  ``MultiHeadDotProductAttention_<n>``: the name planner of rules/modules.py
+  writes ``name=`` where linen's own counter differs.
+* Numbers: the hyper-parameters map one to one (``bias`` -> ``use_bias``;
+  legacy ``deterministic`` defaults to False, written out when the call has a
+  dropout rate).  The masks have no linen argument: they are built by
+  ``flaxlegacy.migrate.upgraded_attention.legacy_attention_mask`` (plain
+  jax.numpy, importable with ``FLAXLEGACY=off``) with the legacy rules, which
+  also refuses attention over other axes than linen's.
+* Decoding: legacy ``cache=`` (an ``nn.attention.Cache``) -> linen
+  ``decode=<cache> is not None``; the cache is linen's ``'cache'``
+  collection.  The call keeps a TODO: the program-level cache life cycle
+  (``Cache().initialize_cache`` / ``cache.mutate()``) is not rewritten here.
+* Left with a TODO: ``attention_fn=``, ``*args`` / ``**kwargs``, positional
+  arguments legacy would reject, and inputs that are not plain variables
+  (the mask needs them a second time).
+"""
+
+import libcst as cst
+
+from flaxlegacy.upgrade import facts as facts_lib
+
+# legacy spellings (after the nn prefix) of the attention modules
+ATTENTION = {
+    'SelfAttention': 'SelfAttention',
+    'MultiHeadDotProductAttention': 'MultiHeadDotProductAttention',
+    'attention.SelfAttention': 'SelfAttention',
+    'attention.MultiHeadDotProductAttention': 'MultiHeadDotProductAttention',
+}
+# The legacy auto-name of both (SelfAttention is a partial class).
+TYPE_NAME = 'MultiHeadDotProductAttention'
+MASK_HELPER = 'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask'
+
+# legacy MultiHeadDotProductAttention.apply parameters after inputs_q
+PARAMS = ('inputs_kv', 'num_heads', 'dtype', 'qkv_features', 'out_features',
+          'attention_axis', 'causal_mask', 'padding_mask', 'key_padding_mask',
+          'segmentation', 'key_segmentation', 'cache', 'broadcast_dropout',
+          'dropout_rng', 'dropout_rate', 'deterministic', 'precision',
+          'kernel_init', 'bias_init', 'bias', 'attention_fn')
+# -> linen constructor fields
+CTOR = {'num_heads': 'num_heads', 'dtype': 'dtype',
+        'qkv_features': 'qkv_features', 'out_features': 'out_features',
+        'broadcast_dropout': 'broadcast_dropout',
+        'dropout_rate': 'dropout_rate', 'deterministic': 'deterministic',
+        'precision': 'precision', 'kernel_init': 'kernel_init',
+        'bias_init': 'bias_init', 'bias': 'use_bias'}
+MASK_ARGS = ('attention_axis', 'causal_mask', 'padding_mask',
+             'key_padding_mask', 'segmentation', 'key_segmentation')
+# Arguments that carry arrays (facts.py: the enclosing module's parameter
+# passed here is a __call__ parameter, not a field).
+ARRAY_KWARGS = ('inputs_kv', 'padding_mask', 'key_padding_mask',
+                'segmentation', 'key_segmentation', 'dropout_rng')
+
+DECODE_TODO = ('legacy attention cache -> linen decode=(cache is not None): '
+               "the decoding cache is linen's 'cache' collection (init with "
+               "a cache argument, apply with mutable=['cache']); port the "
+               'Cache().initialize_cache / cache.mutate() program code by '
+               'hand')
+
+
+def legacy_name(attr):
+  """'SelfAttention' / 'MultiHeadDotProductAttention' for a legacy attr."""
+  return ATTENTION.get(attr)
+
+
+def array_params(func, args, params):
+  """Parameters of ``params`` that a legacy attention call uses as arrays.
+
+  ``func``: the callee (``nn.SelfAttention``), ``args``: its libcst args.
+  """
+  name = facts_lib.dotted(func) if isinstance(
+      func, (cst.Attribute, cst.Name)) else None
+  if not name or not any(name.endswith('.' + a) for a in ATTENTION):
+    return set()
+  out = set()
+  positional = 0
+  for a in args:
+    v = a.value
+    p = v.value if isinstance(v, cst.Name) and v.value in params else None
+    if a.keyword is None and not a.star:
+      # inputs_q, and MultiHeadDotProductAttention's inputs_kv
+      if p and (positional == 0 or positional == 1 and name.endswith(
+          'MultiHeadDotProductAttention')):
+        out.add(p)
+      positional += 1
+    elif a.keyword is not None and a.keyword.value in ARRAY_KWARGS and p:
+      out.add(p)
+  return out
+
+
+def _simple(expr):
+  """A plain variable or attribute chain (safe to evaluate twice)."""
+  if isinstance(expr, cst.Name):
+    return True
+  if isinstance(expr, cst.Attribute):
+    return _simple(expr.value)
+  return False
+
+
+def _is_none(expr):
+  return isinstance(expr, cst.Name) and expr.value == 'None'
+
+
+def rewrite(up, original, updated, attr):
+  """The linen construction + call for one legacy attention call.
+
+  ``up``: the ApplyRewriter of the enclosing body (rules/modules.py).
+  Returns ``updated`` (with a TODO recorded) where it cannot be certain.
+  """
+  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+  kind = legacy_name(attr)
+  args = list(updated.args)
+  sig = ('inputs_q',) + (PARAMS if kind == 'MultiHeadDotProductAttention'
+                         else ())
+  bound = {}
+  keys = []  # the legacy parameter of each argument
+  name_arg = None
+  for i, a in enumerate(args):
+    if a.star:
+      up.todo(original, f'nn.{attr} with *args / **kwargs: the legacy '
+              'attention arguments cannot be mapped')
+      return updated
+    k = a.keyword.value if a.keyword is not None else None
+    if k is None:
+      if i >= len(sig):
+        up.todo(original, f'nn.{attr}: more positional arguments than '
+                'legacy accepts (SelfAttention takes keywords after the '
+                'input)')
+        return updated
+      k = sig[i]
+    keys.append(k)
+    if k == 'name':
+      name_arg = a
+      continue
+    if k != 'inputs_q' and k not in PARAMS:
+      up.todo(original, f'nn.{attr}: unknown argument {k!r}')
+      return updated
+    bound[k] = a.value
+  if 'inputs_q' not in bound or 'num_heads' not in bound:
+    up.todo(original, f'nn.{attr} without inputs or num_heads')
+    return updated
+  if 'attention_fn' in bound:
+    up.todo(original, f'nn.{attr}(attention_fn=...): a legacy attention_fn '
+            'takes the legacy keyword interface (axis=, bias=); port it to '
+            "linen's attention_fn by hand")
+    return updated
+  q = bound['inputs_q']
+  kv = bound.get('inputs_kv')
+  if kv is not None and _is_none(kv):
+    kv = None
+  if not _simple(q) or (kv is not None and not _simple(kv)):
+    up.todo(original, f'nn.{attr}: the inputs must be plain variables (the '
+            'legacy mask is built from them): assign them to a variable '
+            'first')
+    return updated
+  cache = bound.get('cache')
+  if cache is not None and _is_none(cache):
+    cache = None
+  decode = None
+  if cache is not None:
+    decode = cst.Comparison(
+        left=cache, comparisons=[cst.ComparisonTarget(
+            operator=cst.IsNot(), comparator=cst.Name('None'))])
+
+  # The constructor keeps the legacy call's layout (each argument with its
+  # own comma and line break); the mask helper reuses it.
+  line_comma = next((a.comma for a in args if isinstance(a.comma, cst.Comma)),
+                    cst.MaybeSentinel.DEFAULT)
+  ctor, mask_args = [], []
+  for a, k in zip(args, keys):
+    if k in CTOR:
+      ctor.append(_keyword(a, CTOR[k]))
+    elif k in MASK_ARGS:
+      mask_args.append(_keyword(a, k))
+  if 'dropout_rate' in bound and 'deterministic' not in bound:
+    # legacy default; linen's has none
+    ctor.append(modules._arg(cst.Name('False'), 'deterministic'))  # pylint: disable=protected-access
+  if decode is not None:
+    ctor.append(modules._arg(decode, 'decode'))  # pylint: disable=protected-access
+    mask_args.append(modules._arg(decode.deep_clone(), 'decode'))  # pylint: disable=protected-access
+  inputs = [modules._arg(q.deep_clone())]  # pylint: disable=protected-access
+  if kv is not None:
+    inputs.append(modules._arg(kv.deep_clone()))  # pylint: disable=protected-access
+  if mask_args:
+    inputs[-1] = inputs[-1].with_changes(comma=line_comma)
+  up.ctx.needed_imports.add(MASK_HELPER)
+  mask = cst.Call(func=cst.Name(MASK_HELPER.rsplit('.', 1)[1]),
+                  args=modules._clean_args(inputs + mask_args),  # pylint: disable=protected-access
+                  whitespace_before_args=updated.whitespace_before_args)
+  call = [modules._arg(q)]  # pylint: disable=protected-access
+  if kv is not None:
+    call.append(modules._arg(kv))  # pylint: disable=protected-access
+  call.append(modules._arg(mask, 'mask'))  # pylint: disable=protected-access
+  if 'dropout_rng' in bound:
+    call.append(modules._arg(bound['dropout_rng'], 'dropout_rng'))  # pylint: disable=protected-access
+
+  if name_arg is not None:
+    ctor.append(name_arg)
+  else:
+    if up.todo_all:
+      up.todo(original, up.todo_all)
+    auto = up._auto_name(original, TYPE_NAME, None)  # pylint: disable=protected-access
+    if auto is not None:
+      ctor.append(modules._arg(auto, 'name'))  # pylint: disable=protected-access
+  if cache is not None:
+    up.todo(original, DECODE_TODO)
+  func = modules._expr(up._prefix() + '.MultiHeadDotProductAttention')  # pylint: disable=protected-access
+  up.rewrote(original, 'attention', f'nn.{attr} -> linen '
+             'MultiHeadDotProductAttention with the legacy mask')
+  up.ctx.report.rewritten[-1]['shipped'] = MASK_HELPER
+  return cst.Call(func=cst.Call(
+      func=func, args=modules._clean_args(ctor),  # pylint: disable=protected-access
+      whitespace_before_args=updated.whitespace_before_args),
+                  args=modules._clean_args(call))  # pylint: disable=protected-access
+
+
+def _keyword(a, keyword):
+  """The legacy Arg ``a`` as ``keyword=value``, keeping its comma."""
+  return a.with_changes(keyword=cst.Name(keyword), equal=cst.AssignEqual(
+      whitespace_before=cst.SimpleWhitespace(''),
+      whitespace_after=cst.SimpleWhitespace('')))
