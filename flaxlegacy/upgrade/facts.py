@@ -371,6 +371,8 @@ class CodebaseFacts:
 
   def finish(self):
     """Splits every module's parameters (see the module docstring)."""
+    from flaxlegacy.upgrade.rules import aliases  # pylint: disable=g-import-not-at-top
+    aliases.propagate_partial_kwargs(self)  # X = M.partial(k=...): M's too
     infos = [i for f in self.files.values() for i in f.modules.values()]
     for info in infos:
       partial = self.partial_kwargs.get(info.name, set())
@@ -433,6 +435,7 @@ def collect(path, module, code_of=None, statement_texts=None):
       if statement_texts is not None:
         visitor.text = statement_texts[i]
       stmt.visit(visitor)
-  from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade.rules import aliases, programs  # pylint: disable=g-import-not-at-top
   programs.collect_facts(facts, module, code_of)
+  aliases.collect_facts(facts, module, code_of)
   return facts

@@ -27,6 +27,7 @@ import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 
 Ref = collections.namedtuple('Ref', 'kind target extra')
@@ -80,6 +81,7 @@ class Resolver:
   def __init__(self, up, local_vars):
     self.up = up
     self.locals = local_vars
+    self.why_not = {}  # name -> why a call of it is not rewritten
 
   def __call__(self, expr):
     ctx = self.up.ctx
@@ -93,16 +95,23 @@ class Resolver:
     if isinstance(expr, cst.Name):
       if expr.value in self.locals:
         return self.locals[expr.value]
+      # a hyper-parameter holding a module; an alias X = M.partial(...)
+      ref, why = aliases_rule.resolve_field_module(self, expr.value)
+      if why:
+        self.why_not[expr.value] = why
+      if ref is not None or why:
+        return ref
       info = ctx.codebase.module(ctx.facts, expr.value)
       if info is not None and not info.problems:
         return Ref('class', info, None)
-      return None
+      return aliases_rule.resolve_alias(self, expr.value)
     if isinstance(expr, cst.Call):
       f = expr.func
       if isinstance(f, cst.Attribute) and f.attr.value in ('partial',
                                                            'shared'):
         inner = self(f.value)
-        if inner is not None and inner.kind in ('layer', 'class'):
+        if inner is not None and (inner.kind in ('layer', 'class') or (
+            inner.kind == 'partial' and f.attr.value == 'partial')):
           return Ref(f.attr.value, inner, expr)
       if isinstance(f, cst.Name) and f.value in ctx.facts.partial_helpers:
         inner = self(_expr(ctx.facts.partial_helpers[f.value]))
@@ -123,7 +132,7 @@ def _type_name(ref):
   if ref.kind == 'layer':
     return ref.target.legacy
   if ref.kind == 'class':
-    return None if ref.extra == 'ambiguous' else ref.target.name
+    return None if ref.extra in ('ambiguous', 'field') else ref.target.name
   if ref.kind == 'partial':
     return _type_name(ref.target)
   return None
@@ -134,6 +143,22 @@ def _call_name(call):
     if _kw(a) == 'name':
       return a
   return None
+
+
+def _partial_named(ref):
+  """Whether some ``.partial(name=...)`` in a partial chain names calls."""
+  while ref is not None and ref.kind == 'partial':
+    if ref.extra is not None and _call_name(ref.extra) is not None:
+      return True
+    ref = ref.target
+  return False
+
+
+def _partial_root(ref):
+  """The layer / class Ref at the bottom of a chain of partials."""
+  while ref.kind == 'partial':
+    ref = ref.target
+  return ref
 
 
 class _LocalScan(cst.CSTVisitor):
@@ -237,8 +262,7 @@ class _NamePlan(cst.CSTVisitor):
     if _call_name(node) is not None:
       return
     self._open_calls -= 1
-    if ref.kind == 'partial' and ref.extra is not None and _call_name(
-        ref.extra) is not None:
+    if _partial_named(ref):
       return  # X.partial(name=...) names every call
     self._event(node, _type_name(ref))
 
@@ -398,10 +422,13 @@ class ApplyRewriter(transform.Upgrader):
     self.info = info
     self.fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
     self.resolver = Resolver(self, {})
-    scan = _LocalScan(self.resolver)
-    fn.body.visit(scan)
-    self.resolver.locals.update({k: v for k, v in scan.vars.items()
-                                 if v is not None})
+    for _ in range(4):  # to a fixpoint: ``B = A.partial(...)``, A local
+      scan = _LocalScan(self.resolver)
+      fn.body.visit(scan)
+      found = {k: v for k, v in scan.vars.items() if v is not None}
+      if found.keys() == self.resolver.locals.keys():
+        break
+      self.resolver.locals = found
     self.assigned_fields = sorted(self.fields & scan.assigned)
     self._skip_names = set()
     plan = _NamePlan(self.resolver, self.resolver.locals)
@@ -480,12 +507,15 @@ class ApplyRewriter(transform.Upgrader):
       return self._self_method(original_node, updated_node, f.attr.value)
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       inner = self.resolver(f.value)
-      if inner is not None and inner.kind in ('layer', 'class'):
+      if inner is not None and (inner.kind in ('layer', 'class') or (
+          inner.kind == 'partial' and f.attr.value == 'partial')):
         if f.attr.value == 'partial':
           return partial_call(self, original_node, updated_node, inner)
         return self._shared(original_node, updated_node, inner)
     ref = self.resolver(f)
     if ref is None:
+      if isinstance(f, cst.Name) and f.value in self.resolver.why_not:
+        self.todo(original_node, self.resolver.why_not[f.value])
       return updated_node
     if ref.kind == 'dropout':
       return self._dropout(original_node, updated_node)
@@ -567,8 +597,9 @@ class ApplyRewriter(transform.Upgrader):
         return updated
       bound[key] = a.value
     ctor = [_arg(bound['rate'], 'rate')]
-    if 'deterministic' in bound:
-      ctor.append(_arg(bound['deterministic'], 'deterministic'))
+    # legacy's default is deterministic=False; linen's Dropout has none
+    ctor.append(_arg(bound.get('deterministic', _expr('False')),
+                     'deterministic'))
     call = [_arg(bound['inputs'])]
     if 'rng' in bound:
       call.append(_arg(bound['rng'], 'rng'))
@@ -631,7 +662,7 @@ class ApplyRewriter(transform.Upgrader):
       if extra:
         self.todo(original, 'call of a shared module with hyper-parameters')
       return updated
-    target = ref.target if ref.kind == 'partial' else ref
+    target = _partial_root(ref)
     if target.kind == 'layer':
       sig = ('inputs',) + target.target.params
     else:
@@ -718,14 +749,12 @@ class ApplyRewriter(transform.Upgrader):
                           for k, a in var_kw.items())
         ctor.append(_arg(_expr('{' + items + '}'), info.var_kw))
       type_name = _type_name(target)
-    if _call_name(original) is None and not (
-        ref.kind == 'partial' and ref.extra is not None
-        and _call_name(ref.extra) is not None):
+    if _call_name(original) is None and not _partial_named(ref):
       if self.todo_all:
         self.todo(original, self.todo_all)
       ctor_src = None
       if type_name is None and isinstance(original.func, cst.Name):
-        ctor_src = original.func.value
+        ctor_src = cst.Module([]).code_for_node(updated.func)
       name = self._auto_name(original, type_name, ctor_src)
       if name is None and type_name is None:
         self.todo(original, 'cannot tell the legacy auto-name')
@@ -777,8 +806,13 @@ def partial_call(up, original, updated, inner):
         return updated
     args = _add_layer_defaults(layer, [_layer_kwarg(a, layer) for a in args])
   else:
-    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in
-           inner.target.fields + ['name']]
+    root = _partial_root(inner)
+    fields = root.target.fields if root.kind == 'class' else []
+    if root.kind == 'layer':
+      fields = [layers_rule.linen_kwarg(root.target, p)
+                for p in root.target.params]
+      args = [_layer_kwarg(a, root.target) for a in args]
+    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in fields + ['name']]
     if bad:
       up.todo(original, f'.partial binds call parameters {bad}')
       return updated
@@ -803,7 +837,7 @@ def module_level_partial_leave(up, original_node, updated_node):
   f = original_node.func
   if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
     inner = Resolver(up, {})(f.value)
-    if inner is not None and inner.kind in ('layer', 'class'):
+    if inner is not None and inner.kind in ('layer', 'class', 'partial'):
       return partial_call(up, original_node, updated_node, inner)
   return updated_node
 
