@@ -386,6 +386,9 @@ class CodebaseFacts:
           info.call.append(p)
         else:
           info.fields.append(p)
+    # A subclass without apply of its own takes its base's split.
+    from flaxlegacy.upgrade.rules import subclasses  # pylint: disable=g-import-not-at-top
+    subclasses.inherit_splits(self)
     # A parameter passed on as a call parameter of a child module is one too
     # (``Decoder(targets=targets)``); repeat until nothing moves.
     changed = True
@@ -412,13 +415,19 @@ class CodebaseFacts:
               changed = True
       for info in infos:  # keep the legacy order
         info.call.sort(key=info.params.index)
-    # A class whose base is another legacy class inherits its split.
     return self
 
 
 FACT_MARKERS = re.compile(
     r'\bimport\b|\.partial\b|init_by_shape|create_by_shape|\bnn\b|'
     r'flax\.nn|flax\.deprecated')
+
+
+def _subclass_of_known(stmt, facts):
+  """``class B(A):`` with A a legacy module class seen earlier in the file."""
+  return isinstance(stmt, cst.ClassDef) and any(
+      isinstance(b.value, cst.Name) and b.value.value in facts.modules
+      for b in stmt.bases)
 
 
 def collect(path, module, code_of=None, statement_texts=None):
@@ -431,11 +440,13 @@ def collect(path, module, code_of=None, statement_texts=None):
   facts = FileFacts(path=path)
   visitor = _FileVisitor(facts, code_of)
   for i, stmt in enumerate(module.body):
-    if statement_texts is None or FACT_MARKERS.search(statement_texts[i]):
+    if (statement_texts is None or FACT_MARKERS.search(statement_texts[i])
+        or _subclass_of_known(stmt, facts)):
       if statement_texts is not None:
         visitor.text = statement_texts[i]
       stmt.visit(visitor)
-  from flaxlegacy.upgrade.rules import aliases, programs  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade.rules import aliases, programs, subclasses  # pylint: disable=g-import-not-at-top
   programs.collect_facts(facts, module, code_of)
   aliases.collect_facts(facts, module, code_of)
+  subclasses.collect_facts(facts, module)
   return facts

@@ -912,14 +912,15 @@ def _fields(up, info):
   return out, None
 
 
-def convert_class(up, node, info):
+def convert_class(up, node, info, plain=False):
   """A legacy Module class -> a linen dataclass module."""
   if info.var_pos:
     up.todo(node, f'{info.name}.apply takes *{info.var_pos}')
     return node
-  if info.base != 'Module':
-    up.todo(node, f'{info.name} subclasses legacy {info.base}: port by hand')
-    return node
+  if info.base != 'Module' and not plain:
+    from flaxlegacy.upgrade.rules import subclasses  # pylint: disable=g-import-not-at-top
+    return subclasses.convert(
+        up, node, info, lambda n, i: convert_class(up, n, i, plain=True))
   apply = None
   others = []
   for stmt in node.body.body:
