@@ -276,18 +276,55 @@ def test_subclass_left_with_a_todo(src, why):
   assert any(why in l['why'] for l in rep.left)
 
 
-@pytest.mark.parametrize('src', [ALIASES, SUBCLASSES])
+# Weight norm with data-dependent initialisation (the initialisers close
+# over the layer's input), and ``self.is_initializing()``, which linen
+# Modules have too (same meaning outside ``.shared`` modules: spec trap 21).
+WEIGHTNORM = '''
+from flax import nn
+import jax.numpy as jnp
+
+
+class WNDense(nn.Module):
+
+  def apply(self, x, features, init_scale=1.0):
+    v = self.param('direction', (x.shape[-1], features),
+                   nn.initializers.normal(0.05))
+    y = jnp.dot(x, v / jnp.sqrt(jnp.sum(v * v, 0)))
+    def scale_init(key, shape):
+      return init_scale / (jnp.std(y, 0) + 1e-6)
+    g = self.param('scale', (features,), scale_init)
+    b = self.param('bias', None, lambda key, shape: -jnp.mean(y, 0) * g)
+    if self.is_initializing():
+      y = jnp.zeros_like(y)
+    return g * y + b
+'''
+
+
+def test_weight_norm_data_dependent_init():
+  new, rep = up(WEIGHTNORM)
+  assert ("v = self.param('direction', nn.initializers.normal(0.05), "
+          "(x.shape[-1], self.features))") in new
+  assert "g = self.param('scale', scale_init, (self.features,))" in new
+  assert ("b = self.param('bias', lambda key, shape: -jnp.mean(y, 0) * g, "
+          "None)") in new
+  assert 'return self.init_scale / (jnp.std(y, 0) + 1e-6)' in new
+  assert 'if self.is_initializing():' in new
+  assert rep.left == []
+
+
+@pytest.mark.parametrize('src', [ALIASES, SUBCLASSES, WEIGHTNORM])
 def test_idempotent(src):
   new, _ = up(src)
   again, _ = upgrade_source(new)
   assert again == new
 
 
+@pytest.mark.slow  # two processes that compile every module (minutes)
 def test_numbers_match_legacy(tmp_path):
   """The upgraded modules, FLAXLEGACY=off, on perturbed legacy parameters."""
   legacy = tmp_path / 'legacy.py'
   legacy.write_text(ALIASES + SUBCLASSES.split('\n', 2)[2].replace(
-      'class Net(', 'class Net2('))
+      'class Net(', 'class Net2(') + WEIGHTNORM.split('\n', 2)[2])
   status, report = api.upgrade_paths([str(legacy)], out=str(tmp_path / 'o'))
   assert status == 0
   mods = {m['class']: m for m in report['modules']}
@@ -297,6 +334,8 @@ def test_numbers_match_legacy(tmp_path):
       ('ResB', [((2, 4, 4, 3), f32), ((2, 4, 4, 3), f32)], {}, 'Res'),
       ('WideBlock', [((2, 5), f32)], {'features': 4}, 'WideBlock'),
       ('Net2', [((2, 5), f32)], {}, 'Net2'),
+      ('WNDense', [((6, 5), f32)], {'features': 3, 'init_scale': 0.5},
+       'WNDense'),
   ]
   checks = [dict(class_name=c, inputs=i, hyper=h, fields=mods[of]['fields'],
                  call=mods[of]['call'], var_kw=mods[of]['var_kw'])
