@@ -362,3 +362,42 @@ def test_added_imports_go_before_the_first_definition():
   ''')
   assert new.index('import functools') < new.index('class Conv(')
   assert new.index('from typing import Any') < new.index('class Conv(')
+
+
+def test_program_level_layer_partial_is_not_a_user_alias(tmp_path):
+  """``nn.ConvTranspose.partial`` in program code stays the layer's rewrite
+  even where the codebase has an alias or class of the same name."""
+  (tmp_path / 'src').mkdir()
+  (tmp_path / 'src' / 'models.py').write_text(textwrap.dedent('''
+  from flax import nn
+
+  class Conv(nn.Module):
+    def apply(self, x, features, transpose=False):
+      return nn.Dense(x, features)
+
+  ConvTranspose = Conv.partial(transpose=True)
+  '''))
+  (tmp_path / 'src' / 'prog.py').write_text(textwrap.dedent('''
+  from flax import nn
+
+  def build():
+    a = nn.ConvTranspose.partial(features=4,
+                                 kernel_size=(3, 3), bias=False)
+    b = nn.Conv.partial(features=4,
+                        kernel_size=(3, 3))
+    return a, b
+
+  def init(rng, x):
+    _, params = build()[0].init(rng, x)
+    return params
+  '''))
+  status, report = api.upgrade_paths([str(tmp_path / 'src')],
+                                     out=str(tmp_path / 'out'))
+  assert status == 0
+  new = (tmp_path / 'out' / 'prog.py').read_text()
+  # the layer rule: keyword renames, layout kept, no TODO
+  assert 'a = functools.partial(nn.ConvTranspose, features=4,' in new
+  assert 'kernel_size=(3, 3), use_bias=False)' in new
+  assert 'b = functools.partial(nn.Conv, features=4,\n' in new
+  assert 'TODO(flaxlegacy upgrade): nn.ConvTranspose' not in new
+  assert 'TODO(flaxlegacy upgrade): nn.Conv' not in new

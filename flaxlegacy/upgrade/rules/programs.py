@@ -385,6 +385,12 @@ class ProgramRewriter(cst.CSTTransformer):
         updated = cst.FlattenSentinel(nodes)
     return updated
 
+  def _is_module_expr(self, expr):
+    """A user legacy module class or module alias (not a legacy layer)."""
+    if facts_lib.legacy_attr(expr, self.f.nn_prefixes) is not None:
+      return False
+    return aliases.is_module_name(self.codebase, _class_name(expr))
+
   def is_nn(self, expr, attr):
     return facts_lib.legacy_attr(expr, self.f.nn_prefixes) == attr
 
@@ -496,7 +502,7 @@ class ProgramRewriter(cst.CSTTransformer):
                                               cst.Name)
         and isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
         and v.func.attr.value == 'partial'
-        and aliases.is_module_name(self.codebase, _class_name(v))):
+        and self._is_module_expr(v.func.value)):
       self.scope.modvars.add(node.targets[0].target.value)
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
                                               cst.Name)
@@ -607,8 +613,7 @@ class ProgramRewriter(cst.CSTTransformer):
     attr = ov.func.attr.value
     # _, model = M.create_by_shape(rng, specs)  /  M.init_by_shape
     if attr in LIFECYCLE and isinstance(t, (cst.Tuple, cst.List)) and len(
-        t.elements) == 2 and (aliases.is_module_name(
-            self.codebase, _class_name(ov.func.value)) or (
+        t.elements) == 2 and (self._is_module_expr(ov.func.value) or (
                 isinstance(ov.func.value, cst.Name)
                 and self.scope.lookup('modvars_', ov.func.value.value))):
       first = t.elements[0].value
@@ -844,7 +849,7 @@ class ProgramRewriter(cst.CSTTransformer):
     # the bare-name form M.partial)
     if (isinstance(f, cst.Attribute) and f.attr.value == 'partial'
         and isinstance(f.value, cst.Attribute)
-        and aliases.is_module_name(self.codebase, f.value.attr.value)):
+        and self._is_module_expr(f.value)):
       self.imports.add('import functools')
       self.note(original_node, 'M.partial -> functools.partial')
       return updated_node.with_changes(
