@@ -672,11 +672,12 @@ class ApplyRewriter(transform.Upgrader):
     for i, a in enumerate(args):
       k = _kw(a)
       if a.star == '**':
-        if target.kind == 'class':
-          bound.append(('**', a))
+        if target.kind == 'class' or not target.target.add_kwargs:
+          bound.append(('**', a))  # layer: keys renamed at run time below
           continue
-        self.todo(original, 'legacy layer call with **kwargs (keyword '
-                  'renames such as bias -> use_bias cannot apply)')
+        self.todo(original, f'legacy {target.target.legacy} call with '
+                  '**kwargs (the argument linen needs for legacy numbers '
+                  'may be among them)')
         return updated
       if k is None:
         if i >= len(sig):
@@ -706,6 +707,10 @@ class ApplyRewriter(transform.Upgrader):
           continue
         if k == 'name':
           ctor.append(a)
+          continue
+        if k == '**':
+          positional_ok = False
+          ctor.append(a.with_changes(value=_renamed_kwargs(layer, a.value)))
           continue
         idx = layer.params.index(k)
         lk = layers_rule.linen_kwarg(layer, k)
@@ -773,6 +778,19 @@ def _ctor_expr(up, ref, updated_func):
     return updated_func if isinstance(updated_func, cst.Attribute) else _expr(
         up._prefix() + '.' + ref.target.linen)  # pylint: disable=protected-access
   return updated_func
+
+
+def _renamed_kwargs(layer, value):
+  """``**kwargs`` forwarded to a legacy layer, with legacy keys (``bias``)
+  renamed to linen's (``use_bias``) when the call runs."""
+  renames = {k: v for k, v in layer.renames.items() if k in layer.params}
+  if not renames:
+    return value
+  table = '{' + ', '.join(f'{k!r}: {v!r}' for k, v in renames.items()) + '}'
+  src = cst.Module([]).code_for_node(value)
+  if not isinstance(value, (cst.Name, cst.Attribute)):
+    src = f'({src})'
+  return _expr(f'{{{table}.get(k, k): v for k, v in {src}.items()}}')
 
 
 def _layer_kwarg(a, layer):
