@@ -37,7 +37,8 @@ _GRAPH_MODELS = [
     ('MessagePassingBlock', _GRAPH_EDGES, {'features': 4}),
     ('MLP', [((3, 6), F32)], {'features': 4}),
 ]
-# tag -> file -> [(class, inputs, hyper-parameters[, verify options])]; an
+# tag -> file -> [(class, inputs, hyper-parameters[, verify options][, split
+# class])]; an
 # input None is passed as None.
 VERIFIED = {
     'v0.1.0rc2': {
@@ -73,12 +74,30 @@ VERIFIED = {
                                                 'features': 4}),
         ],
         # weight-normed convolutions with data-dependent initialisation;
-        # ConvDown forwards **kwargs to Conv.
+        # ConvDown forwards **kwargs to Conv; module-level aliases
+        # (ConvTranspose = Conv.partial(...)); GatedResnet calls the module
+        # its conv_module hyper-parameter holds, so it is verified through
+        # the aliases that bind it (4th item: the class whose upgrade.json
+        # entry gives the split).
         'pixelcnn/pixelcnn.py': [
             ('Conv', [((2, 8, 8, 3), F32)], {'features': 4,
                                              'kernel_size': (2, 2)}),
+            ('Conv', [((2, 4, 4, 3), F32)], {
+                'features': 4, 'kernel_size': (2, 3), 'strides': (2, 2),
+                'transpose': True, 'init_scale': 0.5}),
             ('ConvDown', [((2, 8, 8, 3), F32)], {'features': 4}),
             ('ConvDownRight', [((2, 8, 8, 3), F32)], {'features': 4}),
+            ('ConvDown', [((2, 8, 8, 3), F32)], {
+                'features': 4, 'strides': (2, 2), 'init_scale': 0.1}),
+            ('ConvTransposeDown', [((2, 4, 4, 3), F32)], {'features': 4}),
+            ('ConvTransposeDownRight', [((2, 4, 4, 3), F32)],
+             {'features': 4}),
+            ('ResDown', [((2, 8, 8, 3), F32)], {'dropout_p': 0.},
+             'GatedResnet'),
+            ('ResDownRight', [((2, 8, 8, 3), F32), ((2, 8, 8, 5), F32)],
+             {'dropout_p': 0.}, 'GatedResnet'),
+            ('PixelCNNPP', [((2, 8, 8, 3), F32)], {
+                'depth': 1, 'features': 4, 'k': 2, 'dropout_p': 0.}),
         ],
         # shared LSTM cells in a closure scanned by jax_utils.scan_in_dim,
         # submodules built by a helper method; the decoder's sampled
@@ -154,11 +173,15 @@ def test_legacy_examples_verify(upgraded):
   mods = {(m['file'], m['class']): m for m in report['modules']}
   failures = []
   for rel, cases in VERIFIED[tag].items():
-    checks = [dict(class_name=c, inputs=i, hyper=h,
-                   fields=mods[(rel, c)]['fields'],
-                   call=mods[(rel, c)]['call'],
-                   var_kw=mods[(rel, c)]['var_kw'], **opts)
-              for c, i, h, *more in cases for opts in [dict(*more)]]
+    checks = []
+    for c, i, h, *more in cases:
+      # more: a verify options dict, and/or the class whose upgrade.json
+      # entry gives the split (an alias binding a module hyper-parameter)
+      opts = next((x for x in more if isinstance(x, dict)), {})
+      of = next((x for x in more if isinstance(x, str)), c)
+      m = mods[(rel, of)]
+      checks.append(dict(class_name=c, inputs=i, hyper=h, fields=m['fields'],
+                         call=m['call'], var_kw=m['var_kw'], **opts))
     results = verify.verify_modules(os.path.join(src, rel),
                                     os.path.join(str(out), rel), checks)
     for (c, _, h, *_), r in zip(cases, results):

@@ -386,6 +386,8 @@ class CodebaseFacts:
 
   def finish(self):
     """Splits every module's parameters (see the module docstring)."""
+    from flaxlegacy.upgrade.rules import aliases  # pylint: disable=g-import-not-at-top
+    aliases.propagate_partial_kwargs(self)  # X = M.partial(k=...): M's too
     infos = [i for f in self.files.values() for i in f.modules.values()]
     for info in infos:
       partial = self.partial_kwargs.get(info.name, set())
@@ -404,6 +406,9 @@ class CodebaseFacts:
     methods.refine_split(self, infos)
     from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
     helpers.move_shared_call_params(self, infos)
+    # A subclass without apply of its own takes its base's split.
+    from flaxlegacy.upgrade.rules import subclasses  # pylint: disable=g-import-not-at-top
+    subclasses.inherit_splits(self)
     # A parameter passed on as a call parameter of a child module is one too
     # (``Decoder(targets=targets)``); repeat until nothing moves.
     changed = True
@@ -430,13 +435,19 @@ class CodebaseFacts:
               changed = True
       for info in infos:  # keep the legacy order
         info.call.sort(key=info.params.index)
-    # A class whose base is another legacy class inherits its split.
     return self
 
 
 FACT_MARKERS = re.compile(
     r'\bimport\b|\.partial\b|init_by_shape|create_by_shape|\bnn\b|'
     r'flax\.nn|flax\.deprecated')
+
+
+def _subclass_of_known(stmt, facts):
+  """``class B(A):`` with A a legacy module class seen earlier in the file."""
+  return isinstance(stmt, cst.ClassDef) and any(
+      isinstance(b.value, cst.Name) and b.value.value in facts.modules
+      for b in stmt.bases)
 
 
 def collect(path, module, code_of=None, statement_texts=None):
@@ -449,10 +460,13 @@ def collect(path, module, code_of=None, statement_texts=None):
   facts = FileFacts(path=path)
   visitor = _FileVisitor(facts, code_of)
   for i, stmt in enumerate(module.body):
-    if statement_texts is None or FACT_MARKERS.search(statement_texts[i]):
+    if (statement_texts is None or FACT_MARKERS.search(statement_texts[i])
+        or _subclass_of_known(stmt, facts)):
       if statement_texts is not None:
         visitor.text = statement_texts[i]
       stmt.visit(visitor)
-  from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade.rules import aliases, programs, subclasses  # pylint: disable=g-import-not-at-top
   programs.collect_facts(facts, module, code_of)
+  aliases.collect_facts(facts, module, code_of)
+  subclasses.collect_facts(facts, module)
   return facts

@@ -229,18 +229,22 @@ def add_todos(stmt, todos):
 
 
 def add_imports(module, needed):
-  """Adds ``import functools`` etc. after the last top-level import."""
+  """Adds ``import functools`` etc. after the last top-level import that
+  comes before any class or function definition (the new names are used
+  by the definitions)."""
   have = set()
   last = -1
+  defined = False
   for i, stmt in enumerate(module.body):
+    defined = defined or isinstance(stmt, (cst.ClassDef, cst.FunctionDef))
     if isinstance(stmt, cst.SimpleStatementLine):
       for s in stmt.body:
         if isinstance(s, cst.Import):
-          last = i
+          last = i if not defined else last
           for a in s.names:
             have.add(facts_lib.dotted(a.name))
         elif isinstance(s, cst.ImportFrom):
-          last = i
+          last = i if not defined else last
           if s.module is not None and not isinstance(s.names, cst.ImportStar):
             for a in s.names:
               have.add(f'{facts_lib.dotted(s.module)}.{facts_lib.dotted(a.name)}')

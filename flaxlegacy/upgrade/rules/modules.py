@@ -28,6 +28,7 @@ import libcst as cst
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade.rules import attention as attention_rule
+from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
 
@@ -84,6 +85,7 @@ class Resolver:
   def __init__(self, up, local_vars):
     self.up = up
     self.locals = local_vars
+    self.why_not = {}  # name -> why a call of it is not rewritten
 
   def __call__(self, expr):
     ctx = self.up.ctx
@@ -99,16 +101,23 @@ class Resolver:
     if isinstance(expr, cst.Name):
       if expr.value in self.locals:
         return self.locals[expr.value]
+      # a hyper-parameter holding a module; an alias X = M.partial(...)
+      ref, why = aliases_rule.resolve_field_module(self, expr.value)
+      if why:
+        self.why_not[expr.value] = why
+      if ref is not None or why:
+        return ref
       info = ctx.codebase.module(ctx.facts, expr.value)
       if info is not None and not info.problems:
         return Ref('class', info, None)
-      return None
+      return aliases_rule.resolve_alias(self, expr.value)
     if isinstance(expr, cst.Call):
       f = expr.func
       if isinstance(f, cst.Attribute) and f.attr.value in ('partial',
                                                            'shared'):
         inner = self(f.value)
-        if inner is not None and inner.kind in ('layer', 'class'):
+        if inner is not None and (inner.kind in ('layer', 'class') or (
+            inner.kind == 'partial' and f.attr.value == 'partial')):
           return Ref(f.attr.value, inner, expr)
       if isinstance(f, cst.Name) and f.value in ctx.facts.partial_helpers:
         inner = self(_expr(ctx.facts.partial_helpers[f.value]))
@@ -131,7 +140,7 @@ def _type_name(ref):
   if ref.kind == 'attention':
     return attention_rule.TYPE_NAME
   if ref.kind == 'class':
-    return None if ref.extra == 'ambiguous' else ref.target.name
+    return None if ref.extra in ('ambiguous', 'field') else ref.target.name
   if ref.kind in ('partial', 'instance'):
     return _type_name(ref.target)
   return None
@@ -142,6 +151,22 @@ def _call_name(call):
     if _kw(a) == 'name':
       return a
   return None
+
+
+def _partial_named(ref):
+  """Whether some ``.partial(name=...)`` in a partial chain names calls."""
+  while ref is not None and ref.kind == 'partial':
+    if ref.extra is not None and _call_name(ref.extra) is not None:
+      return True
+    ref = ref.target
+  return False
+
+
+def _partial_root(ref):
+  """The layer / class Ref at the bottom of a chain of partials."""
+  while ref.kind == 'partial':
+    ref = ref.target
+  return ref
 
 
 class _LocalScan(cst.CSTVisitor):
@@ -247,8 +272,7 @@ class _NamePlan(cst.CSTVisitor):
     if _call_name(node) is not None:
       return
     self._open_calls -= 1
-    if ref.kind == 'partial' and ref.extra is not None and _call_name(
-        ref.extra) is not None:
+    if _partial_named(ref):
       return  # X.partial(name=...) names every call
     self._event(node, _type_name(ref))
 
@@ -410,10 +434,13 @@ class ApplyRewriter(transform.Upgrader):
     self.info = info
     self.fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
     self.resolver = Resolver(self, {})
-    scan = _LocalScan(self.resolver)
-    fn.body.visit(scan)
-    self.resolver.locals.update({k: v for k, v in scan.vars.items()
-                                 if v is not None})
+    for _ in range(4):  # to a fixpoint: ``B = A.partial(...)``, A local
+      scan = _LocalScan(self.resolver)
+      fn.body.visit(scan)
+      found = {k: v for k, v in scan.vars.items() if v is not None}
+      if found.keys() == self.resolver.locals.keys():
+        break
+      self.resolver.locals = found
     self.assigned_fields = sorted(self.fields & scan.assigned)
     self._skip_names = set()
     # locals holding X.partial(...) or a module from outside (wmt's embed)
@@ -510,12 +537,15 @@ class ApplyRewriter(transform.Upgrader):
           name=f.value.value, attr=f.attr.value))
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       inner = self.resolver(f.value)
-      if inner is not None and inner.kind in ('layer', 'class'):
+      if inner is not None and (inner.kind in ('layer', 'class') or (
+          inner.kind == 'partial' and f.attr.value == 'partial')):
         if f.attr.value == 'partial':
           return partial_call(self, original_node, updated_node, inner)
         return self._shared(original_node, updated_node, inner)
     ref = self.resolver(f)
     if ref is None:
+      if isinstance(f, cst.Name) and f.value in self.resolver.why_not:
+        self.todo(original_node, self.resolver.why_not[f.value])
       return updated_node
     if ref.kind == 'dropout':
       return self._dropout(original_node, updated_node)
@@ -602,8 +632,9 @@ class ApplyRewriter(transform.Upgrader):
         return updated
       bound[key] = a.value
     ctor = [_arg(bound['rate'], 'rate')]
-    if 'deterministic' in bound:
-      ctor.append(_arg(bound['deterministic'], 'deterministic'))
+    # legacy's default is deterministic=False; linen's Dropout has none
+    ctor.append(_arg(bound.get('deterministic', _expr('False')),
+                     'deterministic'))
     call = [_arg(bound['inputs'])]
     if 'rng' in bound:
       call.append(_arg(bound['rng'], 'rng'))
@@ -689,7 +720,7 @@ class ApplyRewriter(transform.Upgrader):
       if extra:
         self.todo(original, 'call of a shared module with hyper-parameters')
       return updated
-    target = ref.target if ref.kind == 'partial' else ref
+    target = _partial_root(ref)
     if target.kind == 'layer':
       sig = ('inputs',) + target.target.params
     else:
@@ -699,11 +730,12 @@ class ApplyRewriter(transform.Upgrader):
     for i, a in enumerate(args):
       k = _kw(a)
       if a.star == '**':
-        if target.kind == 'class':
-          bound.append(('**', a))
+        if target.kind == 'class' or not target.target.add_kwargs:
+          bound.append(('**', a))  # layer: keys renamed at run time below
           continue
-        self.todo(original, 'legacy layer call with **kwargs (keyword '
-                  'renames such as bias -> use_bias cannot apply)')
+        self.todo(original, f'legacy {target.target.legacy} call with '
+                  '**kwargs (the argument linen needs for legacy numbers '
+                  'may be among them)')
         return updated
       if k is None:
         if i >= len(sig):
@@ -733,6 +765,10 @@ class ApplyRewriter(transform.Upgrader):
           continue
         if k == 'name':
           ctor.append(a)
+          continue
+        if k == '**':
+          positional_ok = False
+          ctor.append(a.with_changes(value=_renamed_kwargs(layer, a.value)))
           continue
         idx = layer.params.index(k)
         lk = layers_rule.linen_kwarg(layer, k)
@@ -776,14 +812,12 @@ class ApplyRewriter(transform.Upgrader):
                           for k, a in var_kw.items())
         ctor.append(_arg(_expr('{' + items + '}'), info.var_kw))
       type_name = _type_name(target)
-    if _call_name(original) is None and not (
-        ref.kind == 'partial' and ref.extra is not None
-        and _call_name(ref.extra) is not None):
+    if _call_name(original) is None and not _partial_named(ref):
       if self.todo_all:
         self.todo(original, self.todo_all)
       ctor_src = None
       if type_name is None and isinstance(original.func, cst.Name):
-        ctor_src = original.func.value
+        ctor_src = cst.Module([]).code_for_node(updated.func)
       name = self._auto_name(original, type_name, ctor_src)
       if name is None and type_name is None:
         self.todo(original, 'cannot tell the legacy auto-name')
@@ -802,6 +836,19 @@ def _ctor_expr(up, ref, updated_func):
     return updated_func if isinstance(updated_func, cst.Attribute) else _expr(
         up._prefix() + '.' + ref.target.linen)  # pylint: disable=protected-access
   return updated_func
+
+
+def _renamed_kwargs(layer, value):
+  """``**kwargs`` forwarded to a legacy layer, with legacy keys (``bias``)
+  renamed to linen's (``use_bias``) when the call runs."""
+  renames = {k: v for k, v in layer.renames.items() if k in layer.params}
+  if not renames:
+    return value
+  table = '{' + ', '.join(f'{k!r}: {v!r}' for k, v in renames.items()) + '}'
+  src = cst.Module([]).code_for_node(value)
+  if not isinstance(value, (cst.Name, cst.Attribute)):
+    src = f'({src})'
+  return _expr(f'{{{table}.get(k, k): v for k, v in {src}.items()}}')
 
 
 def _layer_kwarg(a, layer):
@@ -835,8 +882,13 @@ def partial_call(up, original, updated, inner):
         return updated
     args = _add_layer_defaults(layer, [_layer_kwarg(a, layer) for a in args])
   else:
-    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in
-           inner.target.fields + ['name']]
+    root = _partial_root(inner)
+    fields = root.target.fields if root.kind == 'class' else []
+    if root.kind == 'layer':
+      fields = [layers_rule.linen_kwarg(root.target, p)
+                for p in root.target.params]
+      args = [_layer_kwarg(a, root.target) for a in args]
+    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in fields + ['name']]
     if bad:
       up.todo(original, f'.partial binds call parameters {bad}')
       return updated
@@ -861,7 +913,7 @@ def module_level_partial_leave(up, original_node, updated_node):
   f = original_node.func
   if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
     inner = Resolver(up, {})(f.value)
-    if inner is not None and inner.kind in ('layer', 'class'):
+    if inner is not None and inner.kind in ('layer', 'class', 'partial'):
       return partial_call(up, original_node, updated_node, inner)
   return updated_node
 
@@ -937,14 +989,15 @@ def _fields(up, info):
   return out, None
 
 
-def convert_class(up, node, info):
+def convert_class(up, node, info, plain=False):
   """A legacy Module class -> a linen dataclass module."""
   if info.var_pos:
     up.todo(node, f'{info.name}.apply takes *{info.var_pos}')
     return node
-  if info.base != 'Module':
-    up.todo(node, f'{info.name} subclasses legacy {info.base}: port by hand')
-    return node
+  if info.base != 'Module' and not plain:
+    from flaxlegacy.upgrade.rules import subclasses  # pylint: disable=g-import-not-at-top
+    return subclasses.convert(
+        up, node, info, lambda n, i: convert_class(up, n, i, plain=True))
   from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
   node = helpers.prepare_class(up, node)
   apply = None

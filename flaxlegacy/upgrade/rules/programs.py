@@ -57,6 +57,7 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.rules import aliases
 from flaxlegacy.upgrade.rules.modules import _arg  # pylint: disable=g-importing-member
 
 OPT, MODEL, STRUCT = 'optimizer', 'model', 'struct'
@@ -441,6 +442,12 @@ class ProgramRewriter(cst.CSTTransformer):
         updated = cst.FlattenSentinel(nodes)
     return updated
 
+  def _is_module_expr(self, expr):
+    """A user legacy module class or module alias (not a legacy layer)."""
+    if facts_lib.legacy_attr(expr, self.f.nn_prefixes) is not None:
+      return False
+    return aliases.is_module_name(self.codebase, _class_name(expr))
+
   def is_nn(self, expr, attr):
     return facts_lib.legacy_attr(expr, self.f.nn_prefixes) == attr
 
@@ -573,7 +580,7 @@ class ProgramRewriter(cst.CSTTransformer):
                                               cst.Name)
         and isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
         and v.func.attr.value == 'partial'
-        and _class_name(v) in self.codebase.modules):
+        and self._is_module_expr(v.func.value)):
       self.scope.modvars.add(node.targets[0].target.value)
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
                                               cst.Name)
@@ -684,8 +691,7 @@ class ProgramRewriter(cst.CSTTransformer):
     attr = ov.func.attr.value
     # _, model = M.create_by_shape(rng, specs)  /  M.init_by_shape
     if attr in LIFECYCLE and isinstance(t, (cst.Tuple, cst.List)) and len(
-        t.elements) == 2 and (_class_name(ov.func.value) in (
-            self.codebase.modules) or (
+        t.elements) == 2 and (self._is_module_expr(ov.func.value) or (
                 isinstance(ov.func.value, cst.Name)
                 and self.scope.lookup('modvars_', ov.func.value.value))):
       first = t.elements[0].value
@@ -759,7 +765,8 @@ class ProgramRewriter(cst.CSTTransformer):
       inputs = ', '.join(self.ctx.code_of(a.value) for a in args[1:]
                          if a.keyword is None)
       rest = [a for a in args[1:] if a.keyword is not None]
-    info = self.codebase.modules.get(_class_name(call.func.value) or '')
+    info = aliases.root_info(self.codebase, None,
+                             _class_name(call.func.value))
     if info is None and isinstance(call.func.value, cst.Name):
       info = self.codebase.modules.get(self.model_class or '')
     fields = set(info.fields) if info is not None else set()
@@ -920,7 +927,7 @@ class ProgramRewriter(cst.CSTTransformer):
     # the bare-name form M.partial)
     if (isinstance(f, cst.Attribute) and f.attr.value == 'partial'
         and isinstance(f.value, cst.Attribute)
-        and f.value.attr.value in self.codebase.modules):
+        and self._is_module_expr(f.value)):
       self.imports.add('import functools')
       self.note(original_node, 'M.partial -> functools.partial')
       return updated_node.with_changes(
