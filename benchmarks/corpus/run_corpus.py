@@ -188,20 +188,24 @@ def run_file(cb, side, relfile, src, args):
   xml = os.path.join(args.workdir, cb['name'], 'junit-%s.xml' % side)
   if os.path.exists(xml):
     os.remove(xml)
+  # A codebase may run from a subdirectory (`cwd`, e.g. one whose tests read
+  # data relative to it); pytest then gets the file relative to that.
+  cwd = os.path.join(src, cb.get('cwd', '.'))
+  target = os.path.relpath(os.path.join(src, relfile), cwd)
   if cb.get('harness', 'pytest') == 'absltest':
     # The file's own `absltest.main()` (flags parsed, as its authors ran it),
     # JUnit XML from absl's reporter.
     module = relfile[:-3].replace('/', '.')
     cmd = ['nice', '-n', '10', python, '-m', module, '--xml_output_file=' + xml]
   else:
-    cmd = ['nice', '-n', '10', python, '-m', 'pytest', relfile, '-q', '-rA',
+    cmd = ['nice', '-n', '10', python, '-m', 'pytest', target, '-q', '-rA',
            '-p', 'no:cacheprovider', '--junitxml', xml,
            '-o', 'junit_family=xunit1', '--rootdir', src] + cb.get(
                'pytest_args', [])
   commit = (_checkout_commit(args.flaxlegacy_path)
             if side == 'flaxlegacy' else None)
   start = time.time()
-  proc = subprocess.Popen(cmd, cwd=os.path.join(src, cb.get('cwd', '.')),
+  proc = subprocess.Popen(cmd, cwd=cwd,
                           env=env, stdout=subprocess.PIPE,
                           stderr=subprocess.STDOUT, start_new_session=True)
   timed_out = False
@@ -292,6 +296,7 @@ def merge(corpus, args):
   merged = {'codebases': {}}
   for cb in corpus['codebases']:
     tests, files = {}, {}
+    by_file = {}   # file -> side -> the ids of the cases that side recorded
     for side in SIDES:
       for path in sorted(glob.glob(os.path.join(args.results, 'raw',
                                                 cb['name'], side, '*.json'))):
@@ -310,6 +315,24 @@ def merge(corpus, args):
           t[side] = case['outcome']
           if case['outcome'] not in ('passed',):
             t[side + '_detail'] = case['detail']
+          by_file.setdefault(rec['file'], {}).setdefault(side, []).append(
+              case['id'])
+    # A file that one side cannot even collect fails, on that side, every
+    # test the other side collected from it.
+    for relfile, sides in by_file.items():
+      coll = relfile + '::<collection>'
+      for side in SIDES:
+        other = [i for s in SIDES if s != side for i in sides.get(s, ())
+                 if i != coll]
+        if sides.get(side) != [coll] or not other:
+          continue
+        t = tests[coll]
+        if any(s in t for s in SIDES if s != side):
+          continue   # the other side has a collection outcome of its own
+        for test_id in other:
+          tests[test_id][side] = t[side]
+          tests[test_id][side + '_detail'] = t.get(side + '_detail', '')
+        del tests[coll]
     for t in tests.values():
       a, b = t.get('flaxlegacy'), t.get('oracle')
       if a is None or b is None:
