@@ -1098,21 +1098,13 @@ class ProgramRewriter(cst.CSTTransformer):
                 'definition gives one: optimizer_def.as_optax())')
       return None
     fn, table = OPTAX[name]
-    kw = {}
-    pos = [a for a in opt_call.args if a.keyword is None]
-    legacy_order = list(table)
-    for i, a in enumerate(pos):
-      kw[legacy_order[i]] = self.ctx.code_of(a.value).rstrip(', ')
-    for a in opt_call.args:
-      if a.keyword is not None:
-        if a.keyword.value not in table:
-          self.todo(node, f'optim.{name}({a.keyword.value}=...): no '
-                    'rewrite for this argument')
-          return None
-        kw[a.keyword.value] = self.ctx.code_of(a.value).rstrip(', ')
+    kw = self._bind_args(node, opt_call, name, tuple(table),
+                         'no rewrite for this argument')
+    if kw is None:
+      return None
+    decay = _nonzero(kw.get('weight_decay'))
     if self.per_step_lr or kw.get('learning_rate') is None:
-      if name == 'Momentum' and kw.get('weight_decay') not in (None, '0',
-                                                               '0.0', '0.'):
+      if name == 'Momentum' and decay:
         # a chain has no hyperparams to set: one legacy_optax state instead
         return self._legacy_tx(node, opt_call, name, MOMENTUM_WITH_DECAY)
       self.imports.add('import optax')
@@ -1135,13 +1127,11 @@ class ProgramRewriter(cst.CSTTransformer):
         inner.append(f'{ok}={v}')
       inner += OPTAX_FIXED.get(name, ())
       tx = f"{fn}({', '.join(inner)})"
-    if name == 'Adam' and kw.get('weight_decay') not in (None, '0', '0.0',
-                                                         '0.'):
+    if name == 'Adam' and decay:
       tx = tx.replace('optax.adam(', 'optax.adamw(', 1)
     elif name == 'Adam':
       tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
-    if name == 'Momentum' and kw.get('weight_decay') not in (None, '0',
-                                                             '0.0', '0.'):
+    if name == 'Momentum' and decay:
       tx = tx.replace(f', weight_decay={kw["weight_decay"]}', '')
       tx = f'optax.chain(optax.add_decayed_weights({kw["weight_decay"]}), {tx})'
     elif name == 'Momentum':
@@ -1202,10 +1192,10 @@ class ProgramRewriter(cst.CSTTransformer):
     return (f"optax.multi_transform({{{items}, 'frozen': optax.set_to_zero()"
             f"}}, legacy_optax.traversal_labels({', '.join(filters)}))")
 
-  def _legacy_tx(self, node, opt_call, name, rule):
-    """``legacy_optax.<rule>(...)`` for ``optim.<name>(...)``, or None."""
-    fn, params = rule
-    kw = {}
+  def _bind_args(self, node, opt_call, name, params, unknown):
+    """``{legacy parameter: argument source}`` of ``optim.<name>(...)``
+    against the legacy constructor's ``params`` (in order), or None with a
+    TODO (``unknown``: why a keyword outside ``params`` is refused)."""
     args = [] if opt_call is None else list(opt_call.args)
     if any(a.star for a in args):
       self.todo(node, f'optim.{name}(*...): the arguments are not known here')
@@ -1215,15 +1205,23 @@ class ProgramRewriter(cst.CSTTransformer):
       self.todo(node, f'optim.{name}: more positional arguments than the '
                 'legacy constructor takes')
       return None
-    for p, a in zip(params, pos):
-      kw[p] = self.ctx.code_of(a.value).rstrip(', ')
+    kw = {p: self.ctx.code_of(a.value).rstrip(', ')
+          for p, a in zip(params, pos)}
     for a in args:
       if a.keyword is not None:
         if a.keyword.value not in params:
-          self.todo(node, f'optim.{name}({a.keyword.value}=...): not a '
-                    'parameter of the legacy constructor')
+          self.todo(node, f'optim.{name}({a.keyword.value}=...): {unknown}')
           return None
         kw[a.keyword.value] = self.ctx.code_of(a.value).rstrip(', ')
+    return kw
+
+  def _legacy_tx(self, node, opt_call, name, rule):
+    """``legacy_optax.<rule>(...)`` for ``optim.<name>(...)``, or None."""
+    fn, params = rule
+    kw = self._bind_args(node, opt_call, name, params,
+                         'not a parameter of the legacy constructor')
+    if kw is None:
+      return None
     self.imports.add('from flaxlegacy.migrate import legacy_optax')
     if self.per_step_lr or kw.get('learning_rate') is None:
       # the learning rate is set per step; legacy branched in Python on
@@ -1264,6 +1262,11 @@ class ProgramRewriter(cst.CSTTransformer):
     if a == 'params' and k == MODEL:
       return updated_node.value
     return updated_node
+
+
+def _nonzero(src):
+  """Whether an argument's source is given and not a literal zero."""
+  return src not in (None, '0', '0.0', '0.')
 
 
 def _is_state_name(expr):
