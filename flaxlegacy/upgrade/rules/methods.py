@@ -439,7 +439,8 @@ def prepare(up, node, info, apply):
       if c not in reached:
         reached.add(c)
         todo.append(c)
-  originals = {id(fns[n]): n for n in reached}
+  # in source order, so the report is the same on every run
+  originals = {id(f): n for n, f in fns.items() if n in reached}
   left = sorted(set(fns) - reached, key=list(fns).index)
 
   def fail(why):
