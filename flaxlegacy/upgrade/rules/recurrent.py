@@ -33,6 +33,8 @@ import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade.rules import jax_names
+from flaxlegacy.upgrade.rules.modules import _arg as _kwarg  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.rules.programs import _clean  # pylint: disable=g-importing-member
 
 CELLS = ('LSTMCell', 'GRUCell', 'OptimizedLSTMCell')
 # legacy apply hyper-parameters; linen's fields have the same names
@@ -45,23 +47,6 @@ SCANS = ('flax.jax_utils.scan_in_dim', 'jax.lax.scan')
 
 def _e(src):
   return cst.parse_expression(src)
-
-
-def _kwarg(value, keyword):
-  return cst.Arg(value=value, keyword=cst.Name(keyword),
-                 equal=cst.AssignEqual(
-                     whitespace_before=cst.SimpleWhitespace(''),
-                     whitespace_after=cst.SimpleWhitespace('')))
-
-
-def _clean(args):
-  args = list(args)
-  out = []
-  for i, a in enumerate(args):
-    comma = (cst.Comma(whitespace_after=cst.SimpleWhitespace(' '))
-             if i < len(args) - 1 else cst.MaybeSentinel.DEFAULT)
-    out.append(a.with_changes(comma=comma))
-  return out
 
 
 def _cell(up, expr):
