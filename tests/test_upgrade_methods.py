@@ -138,8 +138,8 @@ def test_helper_method_class_matches_legacy_numbers(tmp_path):
             return nn.Dense(x, 2, name='out')
           @nn.module_method
           def decode(self, z):
-            return nn.Dense(z, 2, name='out')
-        ''', "methods ['decode'] are legacy module methods"),
+            return nn.Dense(z, 2)
+        ''', 'decode builds a submodule without a literal name'),
     ('helper_assigns_self', '''
         from flax import nn
         class M(nn.Module):

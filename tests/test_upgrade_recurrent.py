@@ -107,11 +107,61 @@ def test_cells_in_program_code_keep_todo():
   assert code.count(TODO + 'nn.GRUCell') >= 1
 
 
-def test_unnamed_cell_keeps_todo():
+UNNAMED = """
+    from flax import nn
+
+
+    class Shared(nn.Module):
+
+      def apply(self, x):
+        carry = nn.LSTMCell.initialize_carry(nn.make_rng(), (x.shape[0],), 4)
+        cell = nn.LSTMCell.shared()
+        for t in range(x.shape[1]):
+          carry, y = cell(carry, x[:, t])
+        return nn.Dense(y, 2)
+
+
+    class Direct(nn.Module):
+
+      def apply(self, x):
+        carry = nn.GRUCell.initialize_carry(nn.make_rng(), (x.shape[0],), 4)
+        carry, y = nn.GRUCell(carry, x[:, 0])
+        return nn.Dense(nn.Dense(y, 3), 2)
+    """
+
+
+def test_unnamed_cells_get_their_legacy_auto_names():
+  # legacy counts cells on the one counter: an unnamed shared cell is '0'
+  # (shared modules are named by the bare counter), the Dense after it
+  # 'Dense_1'; a directly called cell is 'GRUCell_0' as in linen
+  code, report = up(UNNAMED)
+  assert TODO not in code, code
+  assert "cell = legacy_cells.LSTMCell(name='0')" in code
+  assert "nn.Dense(2, name='Dense_1')(y)" in code
+  assert 'carry, y = legacy_cells.GRUCell()(carry, x[:, 0])' in code
+  assert "nn.Dense(2, name='Dense_2')(nn.Dense(3, name='Dense_1')(y))" in code
+
+
+def test_unnamed_cells_match_legacy(tmp_path):
+  src = tmp_path / 'src'
+  src.mkdir()
+  (src / 'cells.py').write_text(textwrap.dedent(UNNAMED))
+  status, _ = api.upgrade_paths([str(src)], out=str(tmp_path / 'out'))
+  assert status == 0
+  results = verify.verify_modules(
+      str(src / 'cells.py'), str(tmp_path / 'out' / 'cells.py'),
+      [dict(class_name=c, inputs=[((2, 3, 5), 'float32')], hyper={},
+            fields=[], call=[]) for c in ('Shared', 'Direct')])
+  assert [r['status'] for r in results] == ['ok', 'ok'], results
+
+
+def test_unnamed_cell_under_a_condition_keeps_todo():
   code, report = up('''
       from flax import nn
       class M(nn.Module):
-        def apply(self, carry, x):
+        def apply(self, carry, x, deep=False):
+          if deep:
+            x = nn.Dense(x, 3)
           cell = nn.LSTMCell.shared()
           return cell(carry, x)
       ''')

@@ -143,13 +143,24 @@ def _legacy_one(mod, spec):
   with nn.stateful(state) as new_state:
     with nn.stochastic(jax.random.PRNGKey(2)):
       outputs = module.call(params, *inputs)
-  return {
+  out = {
       'params': _np(params),
       'state': _np(names.batch_stats_from_collection(state)),
       'new_state': _np(names.batch_stats_from_collection(new_state)),
       'inputs': inputs,
       'outputs': _np(outputs),
+      # the PRNG the legacy side drew with (legacy mode: not partitionable)
+      'partitionable': bool(jax.config.jax_threefry_partitionable),
   }
+  if spec.get('method'):
+    # a legacy @nn.module_method, called on the model as programs did
+    m_inputs = _inputs(spec['method_inputs'], spec['seed'] + 1)
+    model = nn.Model(module, params)
+    with nn.stateful(state, mutable=False):
+      out['method_outputs'] = _np(getattr(model, spec['method'])(
+          *m_inputs, **_tuples(spec.get('method_kwargs') or {})))
+    out['method_inputs'] = m_inputs
+  return out
 
 
 def _drop_empty(tree):
@@ -169,6 +180,12 @@ def linen(spec, legacy_out, out):
   with open(legacy_out, 'rb') as fh:
     refs = pickle.load(fh)
   stubbed = _stub_program_level()
+  import jax  # pylint: disable=g-import-not-at-top
+  drawn = {r['partitionable'] for r in refs if 'partitionable' in r}
+  if len(drawn) == 1:
+    # random draws inside the module (a VAE's reparameterisation) are
+    # inputs of the comparison: draw them as the legacy side did
+    jax.config.update('jax_threefry_partitionable', drawn.pop())
   mod, skipped = _load_statements(spec['upgraded_file'],
                                   '_upgraded_under_test')
   legacy_loaded = sorted(m for m in sys.modules if m.startswith(
@@ -218,6 +235,14 @@ def _linen_one(mod, spec, ref):
       rngs={'dropout': jax.random.PRNGKey(2)})
   new_vars = core.unfreeze(new_vars)
   result = {'tree': tree_ok}
+  method_pair = []
+  if spec.get('method'):
+    m_kwargs = {k: v for k, v in _tuples(spec.get('method_kwargs') or {}
+                                          ).items()
+                if k not in spec['fields']}
+    method_pair = [(ref['method_outputs'], module.apply(
+        variables, *ref['method_inputs'], method=spec['method'],
+        **m_kwargs))]
   if not tree_ok:
     result['tree_detail'] = {
         'legacy': _shapes(ref['params']),
@@ -231,6 +256,7 @@ def _linen_one(mod, spec, ref):
     pairs = [(ref['outputs'], outputs)]
   if ref['new_state']:
     pairs.append((ref['new_state'], new_vars.get('batch_stats', {})))
+  pairs += method_pair
   for a, b in pairs:
     la, ta = jax.tree_util.tree_flatten(a)
     lb, tb = jax.tree_util.tree_flatten(_drop_empty(core.unfreeze(b))

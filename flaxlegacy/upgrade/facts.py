@@ -63,10 +63,15 @@ class ModuleInfo:
   methods: dict = dataclasses.field(default_factory=dict)
   # (class, {keywords}) of calls of shared instances (rules/helpers.py)
   shared_kw: list = dataclasses.field(default_factory=list)
+  # legacy @nn.module_method methods the upgrade converted (module_methods)
+  module_methods: list = dataclasses.field(default_factory=list)
 
   def report(self):
-    return {'file': self.file, 'class': self.name, 'fields': self.fields,
-            'call': self.call, 'var_kw': self.var_kw}
+    out = {'file': self.file, 'class': self.name, 'fields': self.fields,
+           'call': self.call, 'var_kw': self.var_kw}
+    if self.module_methods:
+      out['methods'] = list(self.module_methods)
+    return out
 
 
 @dataclasses.dataclass
@@ -241,6 +246,8 @@ class _FileVisitor(cst.CSTVisitor):
         for a in node.args:
           if a.keyword is not None:
             keys.add(a.keyword.value)
+          elif a.star == '**':
+            keys.add('**')  # keywords not known here
       if func.attr.value in ('init_by_shape', 'create_by_shape'):
         self._init_shapes(node)
 

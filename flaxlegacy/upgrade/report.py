@@ -11,6 +11,7 @@ SHIPPED_MODULES = [
     'flaxlegacy.migrate.legacy_cells.GRUCell',
     'flaxlegacy.migrate.legacy_cells.OptimizedLSTMCell',
     'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask',
+    'flaxlegacy.migrate.upgraded_layers.GroupNorm',
 ]
 
 

@@ -66,7 +66,11 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
   (``class_name``, ``inputs``, ``hyper``, ``fields``, ``call``, ``var_kw``),
   and optionally ``outputs``: the indices of the output tuple to compare
   (leave out outputs sampled from a ``make_rng`` stream, which legacy and
-  linen draw differently).
+  linen draw differently); ``method`` (a legacy ``@nn.module_method``),
+  ``method_inputs`` (as ``inputs``) and ``method_kwargs``: also call that
+  method on the legacy model (``model.m(...)``) and the upgraded module
+  (``apply(..., method='m')``, keywords that became fields left out) and
+  compare.
   """
   spec = {'legacy_file': os.path.abspath(legacy_file),
           'upgraded_file': os.path.abspath(upgraded_file),
@@ -77,6 +81,10 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
               'fields': list(c.get('fields') or []),
               'call': list(c.get('call') or []), 'var_kw': c.get('var_kw'),
               'outputs': c.get('outputs'),
+              'method': c.get('method'),
+              'method_inputs': [None if i is None else [list(i[0]), str(i[1])]
+                                for i in c.get('method_inputs') or []],
+              'method_kwargs': dict(c.get('method_kwargs') or {}),
               'rtol': rtol, 'seed': seed, 'perturb': perturb}
                      for c in checks]}
   with tempfile.TemporaryDirectory() as tmp:

@@ -58,6 +58,21 @@ LAYERS = {
         'LayerNorm', 'LayerNorm',
         ('epsilon', 'dtype', 'bias', 'scale', 'bias_init', 'scale_init'),
         _COMMON_RENAMES, ('epsilon',), {}, None),
+    # legacy parameters have the input's rank, (1, ..., 1, C); linen's
+    # GroupNorm stores (C,): flaxlegacy ships a linen GroupNorm with the
+    # legacy shapes (SHIPPED)
+    'GroupNorm': Layer(
+        'GroupNorm', 'upgraded_layers.GroupNorm',
+        ('num_groups', 'group_size', 'epsilon', 'dtype', 'bias', 'scale',
+         'bias_init', 'scale_init'), _COMMON_RENAMES,
+        ('num_groups', 'group_size', 'epsilon', 'dtype', 'use_bias',
+         'use_scale'), {}, None),
+}
+
+# linen layers flaxlegacy ships for the rewrite (plain linen, importable with
+# FLAXLEGACY=off): the constructor the rewrite writes -> its full name
+SHIPPED = {
+    'upgraded_layers.GroupNorm': 'flaxlegacy.migrate.upgraded_layers.GroupNorm',
 }
 
 # Legacy parameters a rewrite cannot carry over (the call keeps a TODO).
@@ -70,8 +85,6 @@ UNSUPPORTED_ARGS = {
 # Layers whose linen version computes or stores differently with no argument
 # to restore legacy: left as they are with a TODO.
 UNSUPPORTED_LAYERS = {
-    'GroupNorm': 'legacy GroupNorm parameters have the input rank '
-                 '(1, ..., 1, C); linen stores (C,)',
     'MultiHeadDotProductAttention': 'attention axes, masks and cache '
                                     'conventions differ (spec §4 15-17)',
     'SelfAttention': 'attention axes, masks and cache conventions differ '

@@ -20,8 +20,8 @@ x.shape[0]``) for the methods to read.  In linen:
     keyword-only parameter ``X``, passed as ``X=X`` at each call.
 
 Left with a TODO (the class keeps the current whole-class note): methods
-that are decorated (``@nn.module_method`` ...: linen needs ``setup`` or
-``apply(..., method=...)`` there), helpers that make ``X.shared`` /
+that are decorated (``@nn.module_method`` has its own rule,
+rules/module_methods.py; other decorators stay), helpers that make ``X.shared`` /
 ``X.partial`` modules for their caller, methods not reached from ``apply``,
 helpers used other than by a direct ``self.m(...)`` call, ``self.X``
 assigned in a helper, or a name clash of ``X`` with a local or parameter.
@@ -54,6 +54,8 @@ class Method:
   array: set
   self_calls: list  # (method, [param or None], {keyword: param})
   child_calls: list  # as ModuleInfo.child_calls
+  module_method: bool = False  # decorated @nn.module_method
+  required: tuple = ()  # parameters without a default
 
 
 class _SelfCalls(cst.CSTVisitor):
@@ -128,7 +130,12 @@ def _method(fn, names):
   fn.body.visit(calls)
   return Method(name=fn.name.value, params=params,
                 decorated=bool(fn.decorators), array=usage.array,
-                self_calls=calls.calls, child_calls=usage.child_calls)
+                self_calls=calls.calls, child_calls=usage.child_calls,
+                required=tuple(p.name.value for p in plist[1:]
+                               if p.default is None),
+                module_method=any(
+                    (facts_lib.dotted(d.decorator) or '').split('.')[-1]
+                    == 'module_method' for d in fn.decorators))
 
 
 def collect_class(info, classdef):
@@ -178,6 +185,13 @@ def refine_split(codebase, infos):
     if info.kind == 'class' and info.methods and 'apply' in info.methods:
       for p in _method_arrays(info)['apply']:
         _move(codebase, info, p)
+      # an input a @nn.module_method takes without a default is an input
+      # of apply too (wmt's decode(encoded, src_padding_mask, targets))
+      for m in info.methods.values():
+        if m.module_method:
+          for p in m.required:
+            if p in info.params:
+              _move(codebase, info, p)
   for info in infos:
     facts = codebase.files.get(info.file)
     calls = list(info.child_calls)

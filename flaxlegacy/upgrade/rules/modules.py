@@ -31,6 +31,7 @@ from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
+from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
 
 Ref = collections.namedtuple('Ref', 'kind target extra')
 # kind: 'layer' (target: Layer), 'class' (target: ModuleInfo),
@@ -266,6 +267,17 @@ class _NamePlan(cst.CSTVisitor):
         and self.resolver(f.value) is not None and _call_name(node) is None):
       self._event(node, None)
       return
+    # legacy recurrent cells (rules/recurrent.py) take the counter too
+    from flaxlegacy.upgrade.rules import recurrent  # pylint: disable=g-import-not-at-top
+    up = self.resolver.up
+    if _call_name(node) is None and recurrent.in_module(up):
+      if recurrent.cell_method(up, f, 'shared'):
+        self._event(node, None)
+        return
+      cell = recurrent.cell(up, f)
+      if cell:
+        self._event(node, cell)
+        return
     if ref is None or ref.kind not in ('layer', 'class', 'partial',
                                        'attention', 'instance'):
       return
@@ -833,6 +845,15 @@ class ApplyRewriter(transform.Upgrader):
 def _ctor_expr(up, ref, updated_func):
   """The constructor expression: ``nn.Dense``, ``Block``, a variable ..."""
   if ref.kind == 'layer':
+    if ref.target.linen in layers_rule.SHIPPED:
+      # a flaxlegacy linen layer (rules/layers.py SHIPPED)
+      full = layers_rule.SHIPPED[ref.target.linen]
+      up.ctx.needed_imports.add(full.rsplit('.', 1)[0])
+      up.ctx.report.rewritten.append({
+          'rule': 'layer', 'line': up.ctx.line(updated_func),
+          'what': f'nn.{ref.target.legacy} -> {ref.target.linen}',
+          'shipped': full})
+      return _expr(ref.target.linen)
     return updated_func if isinstance(updated_func, cst.Attribute) else _expr(
         up._prefix() + '.' + ref.target.linen)  # pylint: disable=protected-access
   return updated_func
@@ -1041,6 +1062,19 @@ def convert_class(up, node, info, plain=False):
     new_body = [s for s in new_body if s not in fields]
     at = 1 if new_body and transform._is_docstring(new_body[0]) else 0  # pylint: disable=protected-access
     new_body[at:at] = fields
+  mms = [m for m in module_methods_rule.find(up, node)
+         if m.name.value in others]
+  if mms:
+    body2, notes = module_methods_rule.convert(up, node, info, new_body, mms)
+    if body2 is None:
+      up.todo(node, f'{info.name}: {notes}')
+    else:
+      new_body = body2
+      done = {m.name.value for m in mms}
+      others = [o for o in others if o not in done]
+      info.module_methods = sorted(done, key=[m.name.value for m in mms].index)
+      for note in notes:
+        up.rewrote(node, 'module_method', f'{info.name}.{note}')
   if others:
     up.todo(node, f'{info.name}: methods {others} are legacy module methods '
             'or helpers: check them by hand')

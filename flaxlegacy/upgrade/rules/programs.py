@@ -318,14 +318,36 @@ def relevant(file_facts):
   return getattr(file_facts, 'program_words', True)
 
 
-def _codebase_model_class(codebase):
-  names = set()
-  for f in codebase.files.values():
-    names |= {n for n in getattr(f, 'model_classes', ()) if n}
-  names = {n for n in names if n in codebase.modules}
+def _codebase_model_class(codebase, path=None):
+  """The one module class the program's models are built of, or None.
+
+  With ``path`` (the file being upgraded), the programs of its own
+  directory decide first: a tree of several example programs (one model
+  class each) upgraded in one run.
+  """
+  def model_classes(files):
+    names = set()
+    for f in files:
+      names |= {n for n in getattr(f, 'model_classes', ()) if n}
+    return {n for n in names if n in codebase.modules}
+
+  if path is not None:
+    here = os.path.dirname(path)
+    names = model_classes(f for rel, f in codebase.files.items()
+                          if os.path.dirname(rel) == here)
+    if len(names) == 1:
+      return names.pop()
+  names = model_classes(codebase.files.values())
   if not names and len(codebase.modules) == 1:
     names = set(codebase.modules)  # the only module there is
   return names.pop() if len(names) == 1 else None
+
+
+def _rel_of(codebase, file_facts):
+  for rel, f in codebase.files.items():
+    if f is file_facts:
+      return rel
+  return None
 
 
 def _codebase_per_step_lr(codebase):
@@ -396,7 +418,8 @@ class ProgramRewriter(cst.CSTTransformer):
     self._todos = []
     self.f = ctx.facts
     self.codebase = ctx.codebase
-    self.model_class = _codebase_model_class(ctx.codebase)
+    self.model_class = _codebase_model_class(ctx.codebase,
+                                             _rel_of(ctx.codebase, ctx.facts))
     self.nn_file = bool(ctx.facts.nn_prefixes)
     self.per_step_lr = _codebase_per_step_lr(ctx.codebase)
     self.scope = Scope()
@@ -407,6 +430,8 @@ class ProgramRewriter(cst.CSTTransformer):
     self._stochastic = []
     self._assign_values = set()  # ids of assigned Call nodes (statements)
     self._optdef_values = set()  # ids of optim.X(...) assigned to a name
+    self._unknown_calls = set()  # ids of model calls with a TODO
+    self._rewritten_calls = set()  # ids of model calls leave_Call rewrote
 
   # -- helpers --
   def _argsrc(self, a):
@@ -429,9 +454,10 @@ class ProgramRewriter(cst.CSTTransformer):
     return super().on_visit(node)
 
   def on_leave(self, original_node, updated_node):
+    # leave_* first: a TODO raised there belongs to this statement
+    updated = super().on_leave(original_node, updated_node)
     todos = self._todos.pop() if isinstance(original_node,
                                             cst.BaseStatement) else None
-    updated = super().on_leave(original_node, updated_node)
     if todos:
       from flaxlegacy.upgrade import transform  # pylint: disable=g-import-not-at-top
       if isinstance(updated, cst.BaseStatement):
@@ -507,10 +533,27 @@ class ProgramRewriter(cst.CSTTransformer):
     opt = self.scope.lookup('state_of', model_name)
     if opt:
       return f'{opt}.apply_fn'
-    if self.model_class and (self.model_class in self.f.modules
-                             or self.model_class in self.f.imports):
+    cls = self._model_class_expr()
+    if cls is not None:
       # the one module class models are built of, bound in this file
-      return f'{self.model_class}().apply'
+      return f'{cls}().apply'
+    return None
+
+  def _model_class_expr(self):
+    """How this file names the model class (``M``, ``models.M``), or None."""
+    cls = self.model_class
+    if not cls:
+      return None
+    if cls in self.f.modules or cls in self.f.imports:
+      return cls
+    info = self.codebase.modules.get(cls)
+    if info is None:
+      return None
+    stem = os.path.splitext(info.file)[0].replace(os.sep, '.')
+    for local, full in sorted(self.f.imports.items()):
+      if full and (stem == full or stem.endswith('.' + full)) and (
+          '.' not in local):
+        return f'{local}.{cls}'
     return None
 
   # -- scopes --
@@ -840,9 +883,26 @@ class ProgramRewriter(cst.CSTTransformer):
           updated_node.leading_lines) + list(body[0].leading_lines))
     return cst.FlattenSentinel(body)
 
+  def _module_method(self, name):
+    """True if ``name`` is an ``@nn.module_method`` of the model class."""
+    infos = ([self.codebase.modules.get(self.model_class)] if self.model_class
+             else list(self.codebase.modules.values()))
+    return any(i is not None and getattr(i.methods.get(name), 'module_method',
+                                         False) for i in infos)
+
   def _model_call(self, call, updated=None):
     """``apply`` source for a model call (a Call node), or None."""
     f = call.func
+    method = None
+    if isinstance(f, cst.Attribute) and self._module_method(f.attr.value) and (
+        (isinstance(f.value, cst.Name)
+         and self.scope.kind(f.value.value) == MODEL)
+        or (isinstance(f.value, cst.Attribute)
+            and f.value.attr.value == 'target'
+            and self.kind_of(f.value.value) == OPT)):
+      # model.generate(z) of a legacy @nn.module_method
+      method = f.attr.value
+      f = f.value
     if isinstance(f, cst.Name) and self.scope.kind(f.value) == MODEL:
       model = f.value
       apply = self.apply_fn_for(model)
@@ -854,6 +914,11 @@ class ProgramRewriter(cst.CSTTransformer):
     else:
       return None
     if apply is None:
+      if id(call) in self._unknown_calls:
+        return None
+      self._unknown_calls.add(id(call))
+      self.todo(call, 'model call: the module of this model is not known '
+                'here; apply it with module.apply')
       return None
     variables = f"{{'params': {model}}}"
     st = self._stateful[-1] if self._stateful else None
@@ -868,6 +933,18 @@ class ProgramRewriter(cst.CSTTransformer):
       fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
     field_args = [a for a in updated.args if a.keyword is not None
                   and a.keyword.value in fields]
+    if apply == f'{self._model_class_expr()}().apply':
+      # the class with its fields' defaults: fine unless the program
+      # builds its models with other values
+      bound = set(self.codebase.partial_kwargs.get(self.model_class, ()))
+      left = sorted(bound - {a.keyword.value for a in field_args})
+      if left and id(call) not in self._unknown_calls:
+        self._unknown_calls.add(id(call))
+        what = ('keywords not known here (**)' if '**' in left else
+                ', '.join(left))
+        self.todo(call, f'{self.model_class}() here has its fields\' '
+                  f'defaults, but the program builds it with {what}: pass '
+                  'the same values (or use the TrainState\'s apply_fn)')
     if field_args:
       if not apply.endswith('.apply'):
         # apply_fn is a bound ``module.apply``: its module, with the
@@ -880,6 +957,8 @@ class ProgramRewriter(cst.CSTTransformer):
     args = ', '.join(self._argsrc(a) for a in updated.args
                      if a not in field_args)
     extra = ''
+    if method is not None:
+      extra += f', method={method!r}'
     if self._stochastic:
       extra += f", rngs={{'dropout': {self._stochastic[-1]}}}"
       for h in [self._stochastic]:
@@ -891,8 +970,8 @@ class ProgramRewriter(cst.CSTTransformer):
 
   def _stateful_assign(self, orig, stmt, line):
     ov = orig.value
-    if not isinstance(ov, cst.Call):
-      return None
+    if not isinstance(ov, cst.Call) or id(ov) in self._rewritten_calls:
+      return None  # not a call, or leave_Call rewrote it already
     r = self._model_call(ov, stmt.value)
     if r is None:
       return None
@@ -1015,6 +1094,7 @@ class ProgramRewriter(cst.CSTTransformer):
       if st is not None:
         st[3] = True
       self.note(original_node, 'model call -> apply')
+      self._rewritten_calls.add(id(original_node))
       return _e(f'{apply}({variables}, {args}{extra})')
     # checkpoints.restore_checkpoint(dir, opt)
     name = facts_lib.dotted(f) if isinstance(f, (cst.Name, cst.Attribute)

@@ -156,7 +156,17 @@ def _construct(up, original, args, cell, how):
   if bad:
     up.todo(original, f'nn.{cell}: arguments {bad} have no linen cell field')
     return None
-  if 'name' not in kws:
+  if 'name' not in kws and how in ('call', 'shared'):
+    # the legacy auto-name from the class's plan (rules/modules.py counts
+    # cells on the one counter); None: linen's own name is legacy's
+    name = up._auto_name(original, cell if how == 'call' else None, None)  # pylint: disable=protected-access
+    if name is None and (how == 'shared' or up.dynamic):
+      up.todo(original, f'unnamed nn.{cell}: cannot tell its legacy '
+              'auto-name here; give it a name= and upgrade again')
+      return None
+    if name is not None:
+      args.append(_kwarg(name, 'name'))
+  elif 'name' not in kws:
     up.todo(original, f'unnamed nn.{cell}: legacy auto-names it on the '
             'shared counter; give it a name= and upgrade again')
     return None
@@ -274,3 +284,9 @@ def array_params(call, params):
     return []
   return [a.value.value for a in args if isinstance(a.value, cst.Name)
           and a.value.value in params and not a.star]
+
+
+# for the auto-name plan (rules/modules.py)
+cell = _cell
+cell_method = _cell_method
+in_module = _in_module
