@@ -163,12 +163,19 @@ TODO_CASES = [
           def apply(self, x):
             return nn.SelfAttention(x, num_heads=2, attention_fn=my_fn)
         ''', 'a legacy attention_fn takes the legacy keyword interface'),
-    ('group_norm', '''
+    ('is_initializing_of_a_shared_module', '''
         from flax import nn
-        class M(nn.Module):
+        class Step(nn.Module):
           def apply(self, x):
-            return nn.GroupNorm(x, num_groups=2)
-        ''', 'GroupNorm parameters'),
+            if self.is_initializing():
+              return x
+            return nn.Dense(x, 2, name='d')
+        class Net(nn.Module):
+          def apply(self, x):
+            s = Step.shared(name='s')
+            return s(s(x))
+        ''', 'legacy is_initializing() is False in the second and later '
+        'calls of a shared instance during init'),
     ('program_level', '''
         from flax import nn
         class M(nn.Module):

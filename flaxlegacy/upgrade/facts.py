@@ -85,6 +85,8 @@ class FileFacts:
   partial_helpers: Dict[str, str] = dataclasses.field(default_factory=dict)
   partial_kwargs: Dict[str, set] = dataclasses.field(default_factory=dict)
   init_shapes: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
+  # classes this file makes shared instances of (``M.shared(...)``)
+  shared_classes: set = dataclasses.field(default_factory=set)
 
 
 def dotted(node):
@@ -250,6 +252,8 @@ class _FileVisitor(cst.CSTVisitor):
             keys.add('**')  # keywords not known here
       if func.attr.value in ('init_by_shape', 'create_by_shape'):
         self._init_shapes(node)
+      if func.attr.value == 'shared' and owner:
+        self.f.shared_classes.add(owner.split('.')[-1])
 
   def visit_Assign(self, node):
     if len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
@@ -379,6 +383,7 @@ class CodebaseFacts:
     self.files = {}
     self.modules = {}  # class name -> ModuleInfo (first definition wins)
     self.partial_kwargs = {}
+    self.shared_classes = set()
 
   def module(self, file_facts, name):
     """The module class ``name`` as seen from a file: its own first."""
@@ -390,6 +395,7 @@ class CodebaseFacts:
       self.modules.setdefault(name, info)
     for name, keys in facts.partial_kwargs.items():
       self.partial_kwargs.setdefault(name, set()).update(keys)
+    self.shared_classes |= facts.shared_classes
 
   def finish(self):
     """Splits every module's parameters (see the module docstring)."""

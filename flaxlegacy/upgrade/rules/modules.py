@@ -522,6 +522,14 @@ class ApplyRewriter(transform.Upgrader):
     name = facts_lib.legacy_attr(f, self.ctx.facts.nn_prefixes)
     if name in ('make_rng', 'is_stochastic'):
       self._handled.add(id(f))
+    if (isinstance(f, cst.Attribute) and f.attr.value == 'is_initializing'
+        and isinstance(f.value, cst.Name) and f.value.value == 'self'
+        and getattr(self.info, 'name', None) in
+        self.ctx.codebase.shared_classes):
+      self.todo(node, f'{self.info.name} is used as a shared module: legacy '
+                'is_initializing() is False in the second and later calls of '
+                'a shared instance during init, linen\'s is True in all of '
+                'them (spec legacy-nn trap 21): check this branch')
     return True
 
   def leave_Call(self, original_node, updated_node):
