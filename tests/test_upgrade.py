@@ -363,3 +363,34 @@ def test_split_follows_child_call_parameters():
   assert splits == {'Dec': (['size'], ['encoded', 'targets']),
                     'Net': (['size'], ['inputs', 'targets'])}
   assert 'Dec(size=self.size)(inputs, targets=targets)' in out
+
+
+@pytest.mark.parametrize('src,expected', [
+    # legacy: two elements with an iterable first one are (shape, dtype)
+    ('[(3, 4)]', [('(3, 4)', None)]),
+    ('[((3, 4), jnp.int32)]', [('(3, 4)', 'jnp.int32')]),
+    ('[(batch_size, 784)]', [('(batch_size, 784)', None)]),
+    ('[(input_shape, jnp.float32)]', [('input_shape', 'jnp.float32')]),
+    ('[(x.shape, x.dtype)]', [('x.shape', 'x.dtype')]),
+    ("[((1, 28), 'int32'), (2, 3, 4)]", [('(1, 28)', "'int32'"),
+                                         ('(2, 3, 4)', None)]),
+    ('[(a, b)]', None),  # a shape of two sizes, or a pair: cannot tell
+    ('specs', None),
+])
+def test_init_specs_follow_legacy_parsing(src, expected):
+  from flaxlegacy.upgrade import facts  # pylint: disable=g-import-not-at-top
+  assert facts.init_specs(src) == expected
+
+
+def test_ambiguous_init_spec_keeps_todo():
+  out = up('''
+      from flax import nn
+      class M(nn.Module):
+        def apply(self, x):
+          return nn.Dense(x, 2)
+      def f(key, a, b):
+        _, params = M.init_by_shape(key, [(a, b)])
+        return params
+      ''')
+  assert '_, params = M.init_by_shape(key, [(a, b)])' in out
+  assert 'a spec that could be either' in out

@@ -284,8 +284,48 @@ class _FileVisitor(cst.CSTVisitor):
                                'line': None})
 
 
-def _literal_specs(src):
-  """[((shape), dtype)] source -> [[shape, 'float32'], ...] or None."""
+_DTYPES = frozenset((
+    'float16', 'bfloat16', 'float32', 'float64', 'int8', 'int16', 'int32',
+    'int64', 'uint8', 'uint16', 'uint32', 'uint64', 'bool_', 'complex64',
+    'complex128', 'float_', 'int_'))
+
+
+def _is_int(node):
+  if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+    node = node.operand
+  return isinstance(node, ast.Constant) and isinstance(node.value, int)
+
+
+def _dtype_like(node):
+  if isinstance(node, ast.Attribute):
+    return node.attr in _DTYPES or 'dtype' in node.attr
+  if isinstance(node, ast.Name):
+    return node.id in _DTYPES or 'dtype' in node.id
+  if isinstance(node, ast.Constant):
+    return node.value in _DTYPES
+  return False
+
+
+def _shape_like(node):
+  if isinstance(node, (ast.Tuple, ast.List, ast.Call, ast.BinOp)):
+    return True
+  if isinstance(node, ast.Attribute):
+    return 'shape' in node.attr
+  if isinstance(node, ast.Name):
+    return 'shape' in node.id
+  return False
+
+
+def init_specs(src):
+  """``init_by_shape`` input specs: [(shape source, dtype source or None)].
+
+  Legacy took each spec as a ``(shape, dtype)`` pair when it had two
+  elements and the first was iterable, else as a float32 shape; in source
+  that is: a two-element tuple whose second element is an int is a shape,
+  one with a dtype-like second element or a shape-like first element a
+  pair.  None when the source is not a literal list of specs or a spec
+  could be either (``(a, b)`` of two plain names).
+  """
   try:
     tree = ast.parse(src, mode='eval').body
   except SyntaxError:
@@ -294,18 +334,36 @@ def _literal_specs(src):
     return None
   out = []
   for elt in tree.elts:
-    if isinstance(elt, ast.Tuple) and len(elt.elts) == 2:
-      shape_node, dtype_node = elt.elts
-      dtype = ast.unparse(dtype_node).split('.')[-1]
+    if isinstance(elt, ast.Starred):
+      return None
+    if isinstance(elt, (ast.Tuple, ast.List)) and len(elt.elts) == 2:
+      a, b = elt.elts
+      if _is_int(a) or _is_int(b):
+        out.append((ast.unparse(elt), None))
+      elif _dtype_like(b) or _shape_like(a):
+        out.append((ast.unparse(a), ast.unparse(b)))
+      else:
+        return None
     else:
-      shape_node, dtype = elt, 'float32'
+      out.append((ast.unparse(elt), None))
+  return out
+
+
+def _literal_specs(src):
+  """[((shape), dtype)] source -> [[shape, 'float32'], ...] or None."""
+  specs = init_specs(src)
+  if specs is None:
+    return None
+  out = []
+  for shape_src, dtype_src in specs:
     try:
-      shape = ast.literal_eval(shape_node)
-    except ValueError:
+      shape = ast.literal_eval(shape_src)
+    except (ValueError, SyntaxError):
       return None
     if not isinstance(shape, (tuple, list)):
       return None
-    out.append([list(shape), dtype])
+    dtype = 'float32' if dtype_src is None else dtype_src.split('.')[-1]
+    out.append([list(shape), dtype.strip('\'"')])
   return out
 
 

@@ -800,6 +800,8 @@ class ProgramRewriter(cst.CSTTransformer):
         return None
       specs = _specs(self.ctx.code_of(args[1].value))
       if specs is None:
+        self.todo(call, f'{attr} input specs: not a literal list of shapes '
+                  'and (shape, dtype) pairs, or a spec that could be either')
         return None
       self.imports.add('import jax.numpy as jnp')
       inputs = ', '.join(f'jnp.ones({s}, {d})' for s, d in specs)
@@ -1379,21 +1381,12 @@ def _returns_optax(rw, call):
 
 
 def _specs(src):
-  """``[((1, 28, 28, 1), jnp.float32)]`` -> [('(1, 28, 28, 1)', 'jnp.float32')]."""
-  try:
-    tree = ast.parse(src, mode='eval').body
-  except SyntaxError:
+  """``[((1, 28, 28, 1), jnp.float32)]`` -> [('(1, 28, 28, 1)', 'jnp.float32')]
+  (facts.init_specs decides what is a shape and what a pair)."""
+  specs = facts_lib.init_specs(src)
+  if specs is None:
     return None
-  if not isinstance(tree, (ast.List, ast.Tuple)):
-    return None
-  out = []
-  for elt in tree.elts:
-    if isinstance(elt, ast.Tuple) and len(elt.elts) == 2 and isinstance(
-        elt.elts[0], (ast.Tuple, ast.List, ast.Name, ast.Call, ast.BinOp)):
-      out.append((ast.unparse(elt.elts[0]), ast.unparse(elt.elts[1])))
-    else:
-      out.append((ast.unparse(elt), 'jnp.float32'))
-  return out
+  return [(s, 'jnp.float32' if d is None else d) for s, d in specs]
 
 
 def _drop_optim_import(module, optim_locals):
