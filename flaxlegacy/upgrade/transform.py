@@ -57,7 +57,49 @@ class Context:
     return pos.start.line + self.line_offset if pos is not None else None
 
 
-class Upgrader(cst.CSTTransformer):
+class TodoComments:
+  """``todo(node, why)`` for a libcst transformer: a line in the report and
+  a ``# TODO(flaxlegacy upgrade): why`` comment above the statement holding
+  ``node``.
+
+  One list of TODOs per open statement (``self._todos``, set up by the
+  class).  A TODO raised while leaving a statement belongs to it; a
+  statement replaced by several puts them on the first; one removed hands
+  them to the enclosing statement, so no TODO is lost.
+  """
+
+  def _line_of(self, node):
+    return self.ctx.line(node)
+
+  def todo(self, node, why):
+    if self._todos and why not in self._todos[-1]:
+      self._todos[-1].append(why)
+    self.ctx.report.left.append({'line': self._line_of(node), 'why': why})
+
+  def on_visit(self, node):
+    if isinstance(node, cst.BaseStatement):
+      self._todos.append([])
+    return super().on_visit(node)
+
+  def on_leave(self, original_node, updated_node):
+    updated = super().on_leave(original_node, updated_node)
+    if not isinstance(original_node, cst.BaseStatement):
+      return updated
+    todos = self._todos.pop()
+    if not todos:
+      return updated
+    if isinstance(updated, cst.BaseStatement):
+      return add_todos(updated, todos)
+    if isinstance(updated, cst.FlattenSentinel) and updated.nodes:
+      nodes = list(updated.nodes)
+      nodes[0] = add_todos(nodes[0], todos)
+      return cst.FlattenSentinel(nodes)
+    if self._todos:  # removed: the enclosing statement carries them
+      self._todos[-1].extend(t for t in todos if t not in self._todos[-1])
+    return updated
+
+
+class Upgrader(TodoComments, cst.CSTTransformer):
   """Generic rules: imports, removed JAX names, leftovers, and dispatch."""
 
   def __init__(self, ctx):
@@ -71,25 +113,6 @@ class Upgrader(cst.CSTTransformer):
   def rewrote(self, node, rule, what):
     self.ctx.report.rewritten.append(
         {'rule': rule, 'line': self.ctx.line(node), 'what': what})
-
-  def todo(self, node, why):
-    if self._todos:
-      if why not in self._todos[-1]:
-        self._todos[-1].append(why)
-    self.ctx.report.left.append({'line': self.ctx.line(node), 'why': why})
-
-  def on_visit(self, node):
-    if isinstance(node, cst.BaseStatement):
-      self._todos.append([])
-    return super().on_visit(node)
-
-  def on_leave(self, original_node, updated_node):
-    updated = super().on_leave(original_node, updated_node)
-    if isinstance(original_node, cst.BaseStatement):
-      todos = self._todos.pop()
-      if todos and isinstance(updated, cst.BaseStatement):
-        updated = add_todos(updated, todos)
-    return updated
 
   # -- imports --
   def visit_Import(self, node):

@@ -57,6 +57,7 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade.rules import aliases
 from flaxlegacy.upgrade.rules.modules import _arg  # pylint: disable=g-importing-member
 
@@ -409,7 +410,7 @@ class Scope:
     return None
 
 
-class ProgramRewriter(cst.CSTTransformer):
+class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
   """The program-level pass over one legacy file."""
 
   def __init__(self, ctx):
@@ -442,31 +443,6 @@ class ProgramRewriter(cst.CSTTransformer):
   def note(self, node, what):
     self.ctx.report.rewritten.append(
         {'rule': 'programs', 'line': self.ctx.line(node), 'what': what})
-
-  def todo(self, node, why):
-    if self._todos and why not in self._todos[-1]:
-      self._todos[-1].append(why)
-    self.ctx.report.left.append({'line': self.ctx.line(node), 'why': why})
-
-  def on_visit(self, node):
-    if isinstance(node, cst.BaseStatement):
-      self._todos.append([])
-    return super().on_visit(node)
-
-  def on_leave(self, original_node, updated_node):
-    # leave_* first: a TODO raised there belongs to this statement
-    updated = super().on_leave(original_node, updated_node)
-    todos = self._todos.pop() if isinstance(original_node,
-                                            cst.BaseStatement) else None
-    if todos:
-      from flaxlegacy.upgrade import transform  # pylint: disable=g-import-not-at-top
-      if isinstance(updated, cst.BaseStatement):
-        updated = transform.add_todos(updated, todos)
-      elif isinstance(updated, cst.FlattenSentinel) and updated.nodes:
-        nodes = list(updated.nodes)
-        nodes[0] = transform.add_todos(nodes[0], todos)
-        updated = cst.FlattenSentinel(nodes)
-    return updated
 
   def _is_module_expr(self, expr):
     """A user legacy module class or module alias (not a legacy layer)."""
@@ -1453,7 +1429,6 @@ def _add_imports(module, statements, bound):
         isinstance(x, (cst.Import, cst.ImportFrom)) for x in stmt.body):
       last = i
   if last < 0:
-    from flaxlegacy.upgrade import transform  # pylint: disable=g-import-not-at-top
     last = 0 if body and transform._is_docstring(body[0]) else -1  # pylint: disable=protected-access
   body[last + 1:last + 1] = new
   return module.with_changes(body=body)

@@ -80,7 +80,7 @@ def _local_names(imports):
   return mods, cases
 
 
-class _Pass(cst.CSTTransformer):
+class _Pass(transform.TodoComments, cst.CSTTransformer):
   """The rewrite; TODO comments attach to the enclosing statement."""
 
   def __init__(self, ctx, mods, cases, positions):
@@ -104,23 +104,7 @@ class _Pass(cst.CSTTransformer):
     self.ctx.report.rewritten.append(
         {'rule': 'test_util', 'line': self._line(node), 'what': what})
 
-  def todo(self, node, why):
-    if self._todos and why not in self._todos[-1]:
-      self._todos[-1].append(why)
-    self.ctx.report.left.append({'line': self._line(node), 'why': why})
-
-  def on_visit(self, node):
-    if isinstance(node, cst.BaseStatement):
-      self._todos.append([])
-    return super().on_visit(node)
-
-  def on_leave(self, original_node, updated_node):
-    updated = super().on_leave(original_node, updated_node)
-    if isinstance(original_node, cst.BaseStatement):
-      todos = self._todos.pop()
-      if todos and isinstance(updated, cst.BaseStatement):
-        updated = transform.add_todos(updated, todos)
-    return updated
+  _line_of = _line
 
   def _is_case(self, expr):
     name = facts_lib.dotted(expr)
