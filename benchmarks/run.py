@@ -640,8 +640,16 @@ def main(argv=None):
   info = machine()
   rows, program_rows = [], []
   started = time.perf_counter()
+  def dump():
+    if args.json:
+      with open(args.json, 'w') as f:
+        json.dump({'machine': info, 'size': size, 'clock': CLOCK['name'],
+                   'config': cfg, 'results': rows,
+                   'programs': program_rows}, f, indent=1)
+
   for name in [b for b in BENCHMARKS if b in selected]:
     t0 = time.perf_counter()
+    n_rows, n_programs = len(rows), len(program_rows)
     if name == 'memory':
       rows += bench_memory(cfg, size)
     elif name == 'pmap_step':
@@ -654,6 +662,13 @@ def main(argv=None):
       rows += globals()['bench_' + name](cfg)
     print(f'... {name} done ({time.perf_counter() - t0:.0f} s)',
           file=sys.stderr, flush=True)
+    # each benchmark's rows as soon as it is done (a run cut short keeps
+    # what it measured)
+    if rows[n_rows:]:
+      print_table(rows[n_rows:], out=sys.stderr)
+    if program_rows[n_programs:]:
+      programs.print_table(program_rows[n_programs:], sys.stderr)
+    dump()
   info['loadavg_end'] = os.getloadavg() if hasattr(os, 'getloadavg') else None
   info['seconds'] = round(time.perf_counter() - started, 1)
   load = '/'.join(f'{x:.1f}' for x in info['loadavg'] or ())
@@ -664,11 +679,7 @@ def main(argv=None):
   print_table(rows)
   if program_rows:
     programs.print_table(program_rows, sys.stdout)
-  if args.json:
-    with open(args.json, 'w') as f:
-      json.dump({'machine': info, 'size': size, 'clock': CLOCK['name'],
-                 'config': cfg, 'results': rows, 'programs': program_rows},
-                f, indent=1)
+  dump()
   return 0
 
 
