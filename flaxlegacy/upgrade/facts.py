@@ -372,6 +372,9 @@ class CodebaseFacts:
     self.files = {}
     self.modules = {}  # class name -> ModuleInfo (first definition wins)
     self.partial_kwargs = {}
+    # 'legacy': keep legacy auto-names (explicit name=); 'linen': linen's own
+    # per-type names where they are known statically, plus a rename map
+    self.names_mode = 'legacy'
 
   def module(self, file_facts, name):
     """The module class ``name`` as seen from a file: its own first."""
