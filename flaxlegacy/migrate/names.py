@@ -91,6 +91,10 @@ def _class_key(rename_map, root_class):
                    f'has {sorted(rename_map)}')
 
 
+def _named(rename_map, name):
+  return [k for k in rename_map if k.rsplit(':', 1)[-1] == name]
+
+
 _AUTO = re.compile(r'^(?:(.*)_)?(\d+)$')
 
 
@@ -145,6 +149,10 @@ def _rename(node, rename_map, cls, path):
       new, child_cls = child['name'], child['class']
     elif match and (match.group(1) or '') in patterns:
       new, child_cls = key, patterns[match.group(1) or '']
+    elif match and match.group(1) and entry.get('runtime_classes') and len(
+        _named(rename_map, match.group(1))) == 1:
+      # legacy '<class name>_<n>' of a class chosen at run time
+      new, child_cls = key, _named(rename_map, match.group(1))[0]
     elif key in variables or not entry.get('complete', True):
       new, child_cls = key, None
     else:

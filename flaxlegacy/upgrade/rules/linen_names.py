@@ -151,13 +151,16 @@ class Rename:
     variables = sorted(set().union(*(s.variables for s in scans)))
     unknown = [src for s in scans for src, _ in s.dynamic] + [
         src for s in scans for src in s.dynamic_variables]
-    if self.patterns.get(None, False):
+    runtime = bool(self.patterns.get(None, False))
+    if runtime:
       unknown.append('an auto-named submodule whose class is chosen at run '
-                     'time')
+                     "time (legacy name '<its class name>_<n>')")
     return {
         'file': info.file, 'class': info.name,
         'children': children,
         'patterns': {k: v for k, v in self.patterns.items() if k is not None},
+        # '<Class>_<n>' of a class chosen at run time: Class's own map
+        'runtime_classes': runtime,
         'variables': variables,
         'complete': not unknown,
         'unknown': unknown,
