@@ -307,6 +307,19 @@ class Fixed(nn.Module):
     for _ in range(2):
       x = nn.Conv(x, 3, (1, 1))
     return nn.Dense(x, 3)
+
+
+class Sub(Fixed):
+  pass
+
+
+class Top(nn.Module):
+
+  def apply(self, x):
+    x = nn.Dense(x, 3)
+    for i in range(2):
+      x = Fixed(x, name=f'fixed_{i}')
+    return Sub(x)
 '''
 
 
@@ -334,9 +347,22 @@ def test_legacy_names_kept_where_linen_cannot_be_known():
   assert _children(by['Fixed']) == {'Conv_0': 'Conv_0', 'Conv_1': 'Conv_1',
                                     'Dense_2': 'Dense_0'}
   assert 'return nn.Dense(3)(x)' in code
+  # a subclass runs its base's __call__; f-string names keep their class
+  assert by['Sub'] == {'file': 'kept.py', 'class': 'Sub',
+                       'inherits': 'kept.py:Fixed'}
+  assert by['Top']['name_patterns'] == [{'regex': 'fixed_(.+)',
+                                         'class': 'kept.py:Fixed'}]
+  assert _children(by['Top']) == {'Dense_0': 'Dense_0', 'Sub_1': 'Sub_0'}
+  fixed = {'Conv_0': {}, 'Conv_1': {}, 'Dense_2': {'kernel': 1}}
+  renamed = names.rename_params(
+      {'Dense_0': {}, 'fixed_0': fixed, 'fixed_1': fixed, 'Sub_1': fixed},
+      {f'kept.py:{k}': v for k, v in by.items()}, 'Top')
+  linen_fixed = {'Conv_0': {}, 'Conv_1': {}, 'Dense_0': {'kernel': 1}}
+  assert renamed == {'Dense_0': {}, 'fixed_0': linen_fixed,
+                     'fixed_1': linen_fixed, 'Sub_0': linen_fixed}
   from flaxlegacy.upgrade import report as report_lib  # pylint: disable=g-import-not-at-top
   text = report_lib.summary_text({
-      'summary': {'files': 1, 'files_changed': 1, 'modules_rewritten': 5,
+      'summary': {'files': 1, 'files_changed': 1, 'modules_rewritten': 7,
                   'rewrites': 0, 'todos': 0, 'syntax_errors': []},
       'files': {}, 'rename_map': {f'kept.py:{k}': v for k, v in by.items()}})
   assert 'legacy names kept in kept.py:Loop: the number of submodules' in text
@@ -354,7 +380,7 @@ def test_kept_names_verify(tmp_path):
                  hyper=h, fields=mods[c]['fields'], call=mods[c]['call'],
                  var_kw=mods[c]['var_kw'])
             for c, h in [('Loop', {'n': 3}), ('Clash', {}), ('Shared', {}),
-                         ('Fixed', {})]]
+                         ('Fixed', {}), ('Top', {})]]
   results = verify.verify_modules(str(src / 'model.py'), str(out / 'model.py'),
                                   checks, rename_map=report)
   for c, r in zip(checks, results):

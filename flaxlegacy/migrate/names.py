@@ -91,6 +91,13 @@ def _class_key(rename_map, root_class):
                    f'has {sorted(rename_map)}')
 
 
+def _pattern(entry, key):
+  for p in entry.get('name_patterns', ()):
+    if re.fullmatch(p['regex'], key):
+      return p
+  return None
+
+
 def _named(rename_map, name):
   return [k for k in rename_map if k.rsplit(':', 1)[-1] == name]
 
@@ -134,6 +141,14 @@ def _rename(node, rename_map, cls, path):
                      'the rename map (not upgraded, or upgraded without '
                      '--names linen)')
   entry = rename_map[cls]
+  seen = [cls]
+  while 'inherits' in entry:  # a subclass that runs its base's __call__
+    cls = entry['inherits']
+    if cls in seen or cls not in rename_map:
+      raise ValueError(f'rename_params: {where}: {seen[0]} inherits from '
+                       f'{cls}, which has no usable entry in the rename map')
+    seen.append(cls)
+    entry = rename_map[cls]
   if not isinstance(node, collections.abc.Mapping):
     raise ValueError(f'rename_params: {where}: expected the submodules and '
                      f'variables of {cls} (a dict), got a '
@@ -147,6 +162,9 @@ def _rename(node, rename_map, cls, path):
     match = _AUTO.match(key) if child is None else None
     if child is not None:
       new, child_cls = child['name'], child['class']
+    elif _pattern(entry, key) is not None:
+      # a name the code wrote as an f-string (f'block_{i}'): kept
+      new, child_cls = key, _pattern(entry, key)['class']
     elif match and (match.group(1) or '') in patterns:
       new, child_cls = key, patterns[match.group(1) or '']
     elif match and match.group(1) and entry.get('runtime_classes') and len(

@@ -36,6 +36,11 @@ def run(args):
     sys.stderr.write('flaxlegacy upgrade: --verify needs --out (it compares '
                      'the legacy SRC with the upgraded DST)\n')
     return 2
+  if args.names == 'linen' and args.in_place:
+    sys.stderr.write('flaxlegacy upgrade: --names linen needs --out or --diff '
+                     '(the rename map a legacy checkpoint needs goes to '
+                     'DST/upgrade.json)\n')
+    return 2
   try:
     status, report = api.upgrade_paths(
         args.src, out=args.out, in_place=args.in_place, diff=args.diff,

@@ -67,9 +67,9 @@ def summary_text(report):
     for item in f['left']:
       lines.append(f"  TODO {path}:{item['line']}: {item['why']}")
   for key, e in sorted(report.get('rename_map', {}).items()):
-    if e['legacy_names']:
+    if e.get('legacy_names'):
       lines.append(f"  legacy names kept in {key}: {e['legacy_names']}")
-    for k in e['kept']:
+    for k in e.get('kept', ()):
       lines.append(f"  legacy name kept in {key}: {k['name']} ({k['why']})")
   for v in report.get('verification', []):
     lines.append(f"  verify {v['file']}:{v['class']}: {v['status']}"

@@ -30,6 +30,7 @@ named differently, a class chosen at run time.
 
 import ast
 import collections
+import re
 
 import libcst as cst
 
@@ -66,12 +67,20 @@ def _literal(node):
   return None
 
 
-def _prefix(node):
-  """The literal text an f-string starts with ('' if none)."""
-  if isinstance(node, cst.FormattedString) and node.parts and isinstance(
-      node.parts[0], cst.FormattedStringText):
-    return node.parts[0].value
-  return ''
+def _regex(node):
+  """A regex of the names an f-string makes (``f'block_{i}'`` ->
+  ``block_(.+)``), or None."""
+  if not isinstance(node, cst.FormattedString) or node.prefix.lower() != 'f':
+    return None
+  out = []
+  for part in node.parts:
+    if isinstance(part, cst.FormattedStringText):
+      if '{' in part.value or '}' in part.value or '\\' in part.value:
+        return None
+      out.append(re.escape(part.value))
+    else:
+      out.append('(.+)')
+  return ''.join(out)
 
 
 class _Scan(cst.CSTVisitor):
@@ -80,9 +89,11 @@ class _Scan(cst.CSTVisitor):
   def __init__(self, rw):
     self.rw = rw
     self.children = {}  # literal name -> class key or None
-    self.dynamic = []  # (source, literal prefix) of run-time names
+    self.dynamic = []  # (source, regex or None) of run-time names
+    self.name_patterns = []  # {'regex', 'class'} of f-string names
     self.variables = set()
     self.dynamic_variables = []
+    self.unknown = []  # names computed at run time, not from an f-string
 
   def _src(self, node):
     return cst.Module([]).code_for_node(node)
@@ -120,7 +131,12 @@ class _Scan(cst.CSTVisitor):
       return True
     value = _literal(arg.value)
     if value is None:
-      self.dynamic.append((self._src(arg.value), _prefix(arg.value)))
+      regex = _regex(arg.value)
+      self.dynamic.append((self._src(arg.value), regex))
+      if regex is not None:
+        self.name_patterns.append({'regex': regex, 'class': class_key(ref)})
+      else:
+        self.unknown.append(self._src(arg.value))
     else:
       self.children.setdefault(value, class_key(ref))
     return True
@@ -149,8 +165,13 @@ class Rename:
       for name, cls in s.children.items():
         children.setdefault(name, {'name': name, 'class': cls})
     variables = sorted(set().union(*(s.variables for s in scans)))
-    unknown = [src for s in scans for src, _ in s.dynamic] + [
+    unknown = [src for s in scans for src in s.unknown] + [
         src for s in scans for src in s.dynamic_variables]
+    name_patterns = []
+    for s in scans:
+      for p in s.name_patterns:
+        if p not in name_patterns:
+          name_patterns.append(p)
     runtime = bool(self.patterns.get(None, False))
     if runtime:
       unknown.append('an auto-named submodule whose class is chosen at run '
@@ -159,6 +180,8 @@ class Rename:
         'file': info.file, 'class': info.name,
         'children': children,
         'patterns': {k: v for k, v in self.patterns.items() if k is not None},
+        # names written as f-strings (f'block_{i}'): kept, with their class
+        'name_patterns': name_patterns,
         # '<Class>_<n>' of a class chosen at run time: Class's own map
         'runtime_classes': runtime,
         'variables': variables,
@@ -250,8 +273,9 @@ def plan(rw, name_plan, fn):
   if clash:
     return _fallback(rw, name_plan, scan, f'the linen name {clash[0]!r} is '
                      'also written as a name in the body')
-  for src, prefix in scan.dynamic:
-    if not prefix or any(n.startswith(prefix) for n in auto):
+  for src, regex in scan.dynamic:
+    if auto and regex is None or regex is not None and any(
+        re.fullmatch(regex, n) for n in auto):
       return _fallback(rw, name_plan, scan, f'the name {src} is computed at '
                        'run time and may clash with a linen name')
   rw.names = names

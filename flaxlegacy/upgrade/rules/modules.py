@@ -1008,6 +1008,8 @@ def convert_class(up, node, info, plain=False):
     return subclasses.convert(
         up, node, info, lambda n, i: convert_class(up, n, i, plain=True))
   from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
+  legacy_methods = [s for s in node.body.body if isinstance(
+      s, cst.FunctionDef) and s.name.value != 'apply']
   node = helpers.prepare_class(up, node)
   apply = None
   others = []
@@ -1057,8 +1059,8 @@ def convert_class(up, node, info, plain=False):
              f'{info.fields} + __call__{tuple(info.call)}')
   up.ctx.report.modules.append(info.report())
   if rw.rename is not None:
-    up.ctx.report.renames.append(rw.rename.entry(
-        info, [plan.helpers[n] for n in plan.helpers] if plan else []))
+    # names written in any method (helpers making submodules for apply)
+    up.ctx.report.renames.append(rw.rename.entry(info, legacy_methods))
   bases = [b.with_changes(value=_expr('flax.linen.Module'))
            if facts_lib.dotted(b.value) in ('flax.nn.Module',
                                             'flax.deprecated.nn.Module')
