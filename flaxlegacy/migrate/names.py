@@ -70,7 +70,7 @@ def load_rename_map(rename_map):
   if not isinstance(rename_map, collections.abc.Mapping):
     raise ValueError(f'rename map: expected upgrade.json or its rename_map, '
                      f'got a {type(rename_map).__name__}')
-  if 'rename_map' in rename_map and 'modules' in rename_map:
+  if 'rename_map' in rename_map:  # the report (class keys have a ':')
     rename_map = rename_map['rename_map']
   elif 'modules' in rename_map and 'version' in rename_map:
     raise ValueError('the upgrade report has no rename_map: it was made '
