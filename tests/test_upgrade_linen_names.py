@@ -179,6 +179,17 @@ def test_rename_map_needs_linen_upgrade(tmp_path):
     api.upgrade_source(LEGACY, names='bogus')
 
 
+def test_cli_names_linen_needs_out(tmp_path):
+  src = _src(tmp_path)
+  p = subprocess.run(
+      [sys.executable, '-m', 'flaxlegacy', 'upgrade', str(src), '--in-place',
+       '--names', 'linen'], capture_output=True, text=True, cwd=ROOT,
+      env=dict(os.environ, PYTHONPATH=ROOT), check=False)
+  assert p.returncode == 2
+  assert '--names linen needs --out or --diff' in p.stderr
+  assert (src / 'model.py').read_text() == LEGACY
+
+
 def _python(code, off, cwd, *args):
   env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS='cpu')
   if off:
