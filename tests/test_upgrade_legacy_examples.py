@@ -174,8 +174,27 @@ def upgraded(request, tmp_path_factory):
   return tag, src, out, report
 
 
+@pytest.fixture(scope='module', params=sorted(VERIFIED))
+def upgraded_linen_names(request, tmp_path_factory):
+  tag = request.param
+  src = _export(tag, str(tmp_path_factory.mktemp('legacy_' + tag)))
+  out = tmp_path_factory.mktemp('upgraded_linen_' + tag)
+  status, report = api.upgrade_paths([src], out=str(out), names='linen')
+  assert status == 0
+  return tag, src, out, report
+
+
 def test_legacy_examples_verify(upgraded):
-  tag, src, out, report = upgraded
+  _verify_all(*upgraded)
+
+
+def test_legacy_examples_verify_linen_names(upgraded_linen_names):
+  """``--names linen``: the legacy trees renamed with upgrade.json's map."""
+  _verify_all(*upgraded_linen_names)
+
+
+def _verify_all(tag, src, out, report):
+  rename_map = report.get('rename_map')
   mods = {(m['file'], m['class']): m for m in report['modules']}
   failures = []
   for rel, cases in VERIFIED[tag].items():
@@ -187,9 +206,11 @@ def test_legacy_examples_verify(upgraded):
       of = next((x for x in more if isinstance(x, str)), c)
       m = mods[(rel, of)]
       checks.append(dict(class_name=c, inputs=i, hyper=h, fields=m['fields'],
-                         call=m['call'], var_kw=m['var_kw'], **opts))
+                         call=m['call'], var_kw=m['var_kw'],
+                         root_class=f'{rel}:{of}', **opts))
     results = verify.verify_modules(os.path.join(src, rel),
-                                    os.path.join(str(out), rel), checks)
+                                    os.path.join(str(out), rel), checks,
+                                    rename_map=rename_map)
     for (c, _, h, *_), r in zip(cases, results):
       if r['status'] != 'ok':
         failures.append((rel, c, h, r.get('detail'),

@@ -5,7 +5,9 @@
 * ``LegacyModule`` (a legacy module inside linen) and ``LinenModule`` (a
   linen module inside a legacy one), with ``legacy_variables`` (bridge.py).
 * ``linen_params``, ``batch_stats_from_collection``,
-  ``collection_from_batch_stats``: legacy -> linen names (names.py).
+  ``collection_from_batch_stats``: legacy -> linen names (names.py);
+  ``rename_params``: the exact rename map of ``flaxlegacy upgrade --names
+  linen`` applied to a parameter tree (plain flax, FLAXLEGACY=off).
 * ``convert_checkpoint`` / ``flaxlegacy convert CKPT OUT``: a legacy
   checkpoint as a TrainState checkpoint (convert.py).
 * ``flaxlegacy check PATH``: the scanner (check.py).
@@ -32,6 +34,8 @@ _EXPORTS = {
     'legacy_variables': 'bridge',
     'linen_variables_in_legacy': 'bridge',
     'linen_params': 'names',
+    'rename_params': 'names',
+    'load_rename_map': 'names',
     'batch_stats_from_collection': 'names',
     'collection_from_batch_stats': 'names',
     'convert_checkpoint': 'convert',

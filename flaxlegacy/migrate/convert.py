@@ -19,7 +19,11 @@ legacy (state dict path)                    converted TrainState
 
 Module names are renamed from legacy auto-naming (``Conv_0, Conv_1,
 Dense_2``) to linen's per-class numbering (``Conv_0, Conv_1, Dense_0``);
-``--names legacy`` keeps them.  Which legacy optimizer wrote the checkpoint
+``--names legacy`` keeps them; ``--rename-map DST/upgrade.json --root-class
+Net`` renames with the exact map of ``flaxlegacy upgrade --names linen``
+instead (``names.rename_params``: explicit names such as ``block_3`` stay),
+so the checkpoint loads into the upgraded module.  Which legacy optimizer
+wrote the checkpoint
 is read from its per-parameter state fields, or given with ``--optimizer``
 where fields are shared (Momentum/LARS, Adam/LAMB/AdaBelief).  The
 optimizer state is written for the modern optax transformation of the
@@ -259,7 +263,8 @@ def _optimizer_def(name, hparams, fields):
 
 def legacy_to_train_state(state_dict, optimizer=None, hparams=None,
                           linen_names=True, legacy_numerics=False,
-                          optimizer_path=None):
+                          optimizer_path=None, rename_map=None,
+                          root_class=None):
   """A raw legacy state dict -> (TrainState, notes).
 
   Args:
@@ -271,6 +276,10 @@ def legacy_to_train_state(state_dict, optimizer=None, hparams=None,
       of the modern optax equivalent's.
     optimizer_path: tuple of keys of the Optimizer in the state dict (None:
       the only ``{'target', 'state'}`` dict).
+    rename_map, root_class: rename params, optimizer state and batch_stats
+      with the map of ``flaxlegacy upgrade --names linen`` (its
+      ``upgrade.json``) from the class ``root_class`` down, instead of
+      ``linen_names``' renumbering (``names.rename_params``).
 
   Returns:
     ``(state, optimizer_def, tx, notes)``: a TrainState (the batch_stats
@@ -284,6 +293,18 @@ def legacy_to_train_state(state_dict, optimizer=None, hparams=None,
   from flaxlegacy.optim import base as optim_base  # pylint: disable=g-import-not-at-top
 
   notes = []
+  rename = None
+  if rename_map is not None:
+    if root_class is None:
+      raise ConversionError('a rename map needs the class of the checkpoint '
+                            "'s model (--root-class)")
+    rename_map = names.load_rename_map(rename_map)
+
+    def rename(tree):
+      return names.rename_params(tree, rename_map, root_class)
+
+    rename({})  # an unknown root class fails here, before any work
+    linen_names = False
   if not isinstance(state_dict, dict):
     raise ConversionError(f'the checkpoint holds a {type(state_dict).__name__}'
                           ', not a state dict with an Optimizer')
@@ -310,6 +331,8 @@ def legacy_to_train_state(state_dict, optimizer=None, hparams=None,
     notes.append('target: nn.Model params')
   fields = _leaf_fields(target, param_states)
   opt_def = _optimizer_def(optimizer, dict(hparams or {}), fields)
+  if rename is not None:
+    target, param_states = rename(target), rename(param_states)
   notes.append(f'optimizer: {type(opt_def).__name__} '
                f'(per-parameter fields {sorted(fields)})')
 
@@ -363,8 +386,13 @@ def legacy_to_train_state(state_dict, optimizer=None, hparams=None,
     notes.append(f'opt_state: for {type(opt_def).__name__}(...).as_optax() '
                  '(legacy numerics; needs flaxlegacy to rebuild tx)')
   state = state.replace(step=_as_int(step), apply_fn=None)
+  if rename is not None and stats is not None:
+    state = state.replace(batch_stats=rename(state.batch_stats))
   if linen_names:
     notes.append('module names: legacy auto-naming -> linen numbering')
+  if rename is not None:
+    notes.append(f'module names: the rename map of {root_class} (flaxlegacy '
+                 'upgrade --names linen)')
   return state, opt_def, tx, notes
 
 
@@ -398,7 +426,8 @@ def _as_int(step):
 def convert_checkpoint(ckpt, out, optimizer=None, hparams=None,
                        linen_names=True, legacy_numerics=False,
                        fmt='orbax', prefix='checkpoint_',
-                       optimizer_path=None, overwrite=False):
+                       optimizer_path=None, overwrite=False,
+                       rename_map=None, root_class=None):
   """Converts the legacy checkpoint ``ckpt`` into ``out``.
 
   Args:
@@ -408,8 +437,8 @@ def convert_checkpoint(ckpt, out, optimizer=None, hparams=None,
       ``<out>/<prefix><step>`` (an Orbax directory, or a msgpack file with
       ``fmt='msgpack'``), so ``flax.training.checkpoints.restore_checkpoint(
       out, target)`` finds it.
-    optimizer, hparams, linen_names, legacy_numerics, optimizer_path: see
-      ``legacy_to_train_state``.
+    optimizer, hparams, linen_names, legacy_numerics, optimizer_path,
+      rename_map, root_class: see ``legacy_to_train_state``.
     fmt: 'orbax' (today's default) or 'msgpack'.
     prefix: checkpoint name prefix, for reading and writing.
     overwrite: replace an existing converted checkpoint.
@@ -427,7 +456,8 @@ def convert_checkpoint(ckpt, out, optimizer=None, hparams=None,
   raw = checkpoints.restore_checkpoint(source, None)
   state, _, _, notes = legacy_to_train_state(
       raw, optimizer=optimizer, hparams=hparams, linen_names=linen_names,
-      legacy_numerics=legacy_numerics, optimizer_path=optimizer_path)
+      legacy_numerics=legacy_numerics, optimizer_path=optimizer_path,
+      rename_map=rename_map, root_class=root_class)
   path = os.path.join(out, f'{prefix}{state.step}')
   if os.path.exists(path):
     if not overwrite:
@@ -480,9 +510,16 @@ def add_arguments(parser):
                       'e.g. --hparam beta=0.9 --hparam weight_decay=1e-4')
   parser.add_argument('--format', choices=('orbax', 'msgpack'),
                       default='orbax', help='output format (default: orbax)')
-  parser.add_argument('--names', choices=('linen', 'legacy'), default='linen',
+  parser.add_argument('--names', choices=('linen', 'legacy'), default=None,
                       help='module names: linen per-class numbering '
                       '(default) or the legacy names unchanged')
+  parser.add_argument('--rename-map', metavar='UPGRADE_JSON',
+                      help='rename module names with the map of flaxlegacy '
+                      'upgrade --names linen (DST/upgrade.json or DST), for '
+                      'the upgraded module; needs --root-class')
+  parser.add_argument('--root-class', metavar='CLASS',
+                      help="the checkpoint's model class in the rename map "
+                      '(Net, or models.py:Net)')
   parser.add_argument('--legacy-numerics', action='store_true',
                       help='write the optimizer state of '
                       'optimizer_def.as_optax() instead of the modern optax '
@@ -498,14 +535,20 @@ def add_arguments(parser):
 
 def run(args):
   try:
+    if args.rename_map is not None and args.names is not None:
+      raise ConversionError('--rename-map and --names: choose one (the map '
+                            'gives the names)')
+    if (args.rename_map is None) != (args.root_class is None):
+      raise ConversionError('--rename-map and --root-class go together')
     hparams = dict(_parse_hparam(h) for h in args.hparam)
     path = (tuple(p for p in args.optimizer_path.split('/') if p)
             if args.optimizer_path is not None else None)
     _, state, notes = convert_checkpoint(
         args.ckpt, args.out, optimizer=args.optimizer, hparams=hparams,
-        linen_names=args.names == 'linen',
+        linen_names=args.names != 'legacy',
         legacy_numerics=args.legacy_numerics, fmt=args.format,
-        prefix=args.prefix, optimizer_path=path, overwrite=args.overwrite)
+        prefix=args.prefix, optimizer_path=path, overwrite=args.overwrite,
+        rename_map=args.rename_map, root_class=args.root_class)
   except (ConversionError, ValueError, OSError) as e:
     print(f'flaxlegacy convert: error: {e}', file=sys.stderr)
     return 1

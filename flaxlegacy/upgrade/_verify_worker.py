@@ -197,6 +197,8 @@ def linen(spec, legacy_out, out):
       results.append({'error': 'legacy side: ' + ref['error']})
       continue
     try:
+      if spec.get('rename_map') is not None:
+        ref = _renamed(ref, spec['rename_map'], check['root_class'])
       r = _linen_one(mod, check, ref)
     except Exception as e:  # pylint: disable=broad-except
       r = {'error': f'upgraded side: {type(e).__name__}: {e}'}
@@ -206,6 +208,15 @@ def linen(spec, legacy_out, out):
     results.append(r)
   with open(out, 'w') as fh:
     json.dump(results, fh)
+
+
+def _renamed(ref, rename_map, root_class):
+  """The legacy side's trees with the ``--names linen`` rename map."""
+  from flaxlegacy.migrate import names  # pylint: disable=g-import-not-at-top
+  out = dict(ref)
+  for k in ('params', 'state', 'new_state'):
+    out[k] = names.rename_params(ref[k], rename_map, root_class)
+  return out
 
 
 def _linen_one(mod, spec, ref):

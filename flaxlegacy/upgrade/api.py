@@ -54,8 +54,18 @@ def _may_need_rewrite(code, markers):
   return any(m in code for m in markers)
 
 
-def _analyse(files):
+NAMES = ('legacy', 'linen')
+
+
+def _check_names(names):
+  if names not in NAMES:
+    raise ValueError(f'flaxlegacy upgrade: names={names!r}: expected one of '
+                     f'{", ".join(NAMES)}')
+
+
+def _analyse(files, names='legacy'):
   codebase = facts_lib.CodebaseFacts()
+  codebase.names_mode = names
   for sf in files:
     if sf.module is not None:
       codebase.add(facts_lib.collect(sf.rel, sf.module,
@@ -77,14 +87,21 @@ def _parse(sf):
     sf.report.error = sf.error
 
 
-def upgrade_source(code, path='<source>'):
-  """Rewrites one source string; returns (new code, FileReport)."""
+def upgrade_source(code, path='<source>', names='legacy'):
+  """Rewrites one source string; returns (new code, FileReport).
+
+  ``names``: 'legacy' (default: write ``name=`` where linen's auto-name
+  differs from legacy's, so legacy parameter trees load unchanged) or
+  'linen' (linen's own names where known; ``FileReport.renames`` holds the
+  rename-map entries, rules/linen_names.py).
+  """
+  _check_names(names)
   sf = SourceFile('', path, path)
   sf.code = code
   _parse(sf)
   if sf.error:
     raise SyntaxError(sf.error)
-  codebase = _analyse([sf])
+  codebase = _analyse([sf], names)
   new = transform.upgrade_module(path, sf.module, codebase, sf.report,
                                  sf.statement_texts)
   return new, sf.report
@@ -137,9 +154,16 @@ def _distinct_rel(files):
 
 
 def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
-                  stdout=None):
-  """Runs the upgrade; returns (exit status, report dict)."""
+                  stdout=None, names='legacy'):
+  """Runs the upgrade; returns (exit status, report dict).
+
+  ``names='linen'``: leave out the ``name=`` that only reproduces a legacy
+  auto-name, where linen's own name is known; the report's ``rename_map``
+  says, per upgraded class, which legacy child name became which
+  (``flaxlegacy.migrate.names.rename_params`` applies it).
+  """
   from flaxlegacy.upgrade import report as report_lib  # pylint: disable=g-import-not-at-top
+  _check_names(names)
   files, others = [], []
   for src in srcs:
     if not os.path.exists(src):
@@ -170,7 +194,7 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
       except SyntaxError as e:
         sf.error = f'{sf.path}:{e.lineno}:{e.offset}: syntax error: {e.msg}'
         sf.report.error = sf.error
-  codebase = _analyse(files)
+  codebase = _analyse(files, names)
   _transform_all(files, codebase)
   changed = [sf for sf in files if sf.new_code is not None
              and sf.new_code != sf.code]
@@ -198,7 +222,9 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
   if verify and not diff:
     from flaxlegacy.upgrade import verify as verify_lib  # pylint: disable=g-import-not-at-top
     root = out if out is not None else None
-    results = verify_lib.verify_codebase(files, codebase, upgraded_root=root)
+    results = verify_lib.verify_codebase(
+        files, codebase, upgraded_root=root,
+        rename_map=report.get('rename_map'))
     report['verification'] = results
     if any(r['status'] == 'mismatch' for r in results):
       status = status or 3

@@ -1,4 +1,5 @@
-"""``flaxlegacy upgrade SRC... (--out DST | --in-place | --diff) [--verify]``."""
+"""``flaxlegacy upgrade SRC... (--out DST | --in-place | --diff) [--verify]
+[--names legacy|linen]``."""
 
 import sys
 
@@ -21,6 +22,13 @@ def add_arguments(parser):
                       help='check every upgraded module class whose input '
                       'shapes appear in an init_by_shape call against the '
                       'legacy one (FLAXLEGACY=off subprocess)')
+  parser.add_argument('--names', choices=('legacy', 'linen'),
+                      default='legacy',
+                      help='submodule names: legacy (default: name= where '
+                      "linen's auto-name differs, so legacy checkpoints load "
+                      "unchanged) or linen (linen's own names where known, "
+                      'and a rename map in upgrade.json for '
+                      'flaxlegacy convert --rename-map)')
 
 
 def run(args):
@@ -28,10 +36,15 @@ def run(args):
     sys.stderr.write('flaxlegacy upgrade: --verify needs --out (it compares '
                      'the legacy SRC with the upgraded DST)\n')
     return 2
+  if args.names == 'linen' and args.in_place:
+    sys.stderr.write('flaxlegacy upgrade: --names linen needs --out or --diff '
+                     '(the rename map a legacy checkpoint needs goes to '
+                     'DST/upgrade.json)\n')
+    return 2
   try:
     status, report = api.upgrade_paths(
         args.src, out=args.out, in_place=args.in_place, diff=args.diff,
-        verify=args.verify, stdout=sys.stdout)
+        verify=args.verify, stdout=sys.stdout, names=args.names)
   except (FileNotFoundError, ValueError) as e:
     sys.stderr.write(f'{e}\n')
     return 2

@@ -442,6 +442,9 @@ class CodebaseFacts:
     self.modules = {}  # class name -> ModuleInfo (first definition wins)
     self.partial_kwargs = {}
     self.shared_classes = set()
+    # 'legacy': keep legacy auto-names (explicit name=); 'linen': linen's own
+    # per-type names where they are known statically, plus a rename map
+    self.names_mode = 'legacy'
 
   def module(self, file_facts, name):
     """The module class ``name`` as seen from a file: its own first."""

@@ -23,7 +23,7 @@ def build(files, codebase):
     for m in sf.report.modules:
       modules.append(m)
   todos = sum(len(sf.report.left) for sf in files)
-  return {
+  out = {
       'version': 1,
       'files': per_file,
       'modules': modules,
@@ -42,6 +42,13 @@ def build(files, codebase):
           'todos': todos,
       },
   }
+  if codebase.names_mode == 'linen':
+    # --names linen: per upgraded class ('file:Class'), its direct children
+    # legacy name -> linen name (rules/linen_names.py)
+    out['names'] = 'linen'
+    out['rename_map'] = {f"{e['file']}:{e['class']}": e for sf in files
+                         for e in sf.report.renames}
+  return out
 
 
 def write(report, path):
@@ -60,6 +67,11 @@ def summary_text(report):
   for path, f in sorted(report['files'].items()):
     for item in f['left']:
       lines.append(f"  TODO {path}:{item['line']}: {item['why']}")
+  for key, e in sorted(report.get('rename_map', {}).items()):
+    if e.get('legacy_names'):
+      lines.append(f"  legacy names kept in {key}: {e['legacy_names']}")
+    for k in e.get('kept', ()):
+      lines.append(f"  legacy name kept in {key}: {k['name']} ({k['why']})")
   for v in report.get('verification', []):
     lines.append(f"  verify {v['file']}:{v['class']}: {v['status']}"
                  + (f" ({v['detail']})" if v.get('detail') else ''))

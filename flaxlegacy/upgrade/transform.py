@@ -33,6 +33,7 @@ class FileReport:
     self.left = []
     self.error = None
     self.modules = []
+    self.renames = []  # --names linen: one rename-map entry per class
 
   def as_dict(self):
     return {'rewritten': self.rewritten, 'left': self.left,

@@ -13,6 +13,11 @@ rtol 1e-5 by default (float32; the max term keeps entries near zero from
 failing on float rounding).  Dropout masks come from different streams, so
 verification runs in deterministic mode: pass the hyper-parameters that
 switch dropout off (``train=False`` ...).
+
+For an upgrade with ``--names linen`` pass its rename map (``upgrade.json``):
+the legacy parameters and batch statistics are renamed with
+``flaxlegacy.migrate.names.rename_params`` before the upgraded module runs
+on them, so the comparison also proves the map.
 """
 
 import json
@@ -37,7 +42,7 @@ def _run(args, env_off, cwd):
 
 def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
                   fields=None, call=None, var_kw=None, rtol=1e-5, seed=0,
-                  perturb=0.1):
+                  perturb=0.1, rename_map=None, root_class=None):
   """Verifies one upgraded module class; returns a result dict.
 
   Args:
@@ -50,16 +55,21 @@ def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
     rtol: the tolerance (see the module docstring).
     seed: PRNG seed of initialisation and inputs.
     perturb: standard deviation of the noise added to every parameter.
+    rename_map: for an upgrade with ``--names linen``: its ``upgrade.json``
+      (path, directory, report dict or ``rename_map`` dict).
+    root_class: the class's key in the rename map (``'file.py:Class'``);
+      by default ``class_name``, which must then be unique in the map.
   Returns:
     ``{'status': 'ok' | 'mismatch' | 'error', 'detail': ..., ...}``.
   """
   return verify_modules(legacy_file, upgraded_file, [dict(
       class_name=class_name, inputs=inputs, hyper=hyper, fields=fields,
-      call=call, var_kw=var_kw)], rtol=rtol, seed=seed, perturb=perturb)[0]
+      call=call, var_kw=var_kw, root_class=root_class)], rtol=rtol,
+                        seed=seed, perturb=perturb, rename_map=rename_map)[0]
 
 
 def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
-                   perturb=0.1):
+                   perturb=0.1, rename_map=None):
   """Several ``verify_module`` checks of one file pair, two processes in all.
 
   ``checks``: dicts with the keyword arguments of ``verify_module``
@@ -70,8 +80,13 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
   ``method_inputs`` (as ``inputs``) and ``method_kwargs``: also call that
   method on the legacy model (``model.m(...)``) and the upgraded module
   (``apply(..., method='m')``, keywords that became fields left out) and
-  compare.
+  compare;
+  ``root_class`` (see ``verify_module``).
+  ``rename_map``: see ``verify_module``.
   """
+  if rename_map is not None:
+    from flaxlegacy.migrate import names  # pylint: disable=g-import-not-at-top
+    rename_map = dict(names.load_rename_map(rename_map))
   spec = {'legacy_file': os.path.abspath(legacy_file),
           'upgraded_file': os.path.abspath(upgraded_file),
           'checks': [{
@@ -85,8 +100,10 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
               'method_inputs': [None if i is None else [list(i[0]), str(i[1])]
                                 for i in c.get('method_inputs') or []],
               'method_kwargs': dict(c.get('method_kwargs') or {}),
+              'root_class': c.get('root_class') or c['class_name'],
               'rtol': rtol, 'seed': seed, 'perturb': perturb}
-                     for c in checks]}
+                     for c in checks],
+          'rename_map': rename_map}
   with tempfile.TemporaryDirectory() as tmp:
     spec_path = os.path.join(tmp, 'spec.json')
     with open(spec_path, 'w') as f:
@@ -121,8 +138,11 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
   return results
 
 
-def verify_codebase(files, codebase, upgraded_root):
-  """``--verify``: every class with literal ``init_by_shape`` shapes."""
+def verify_codebase(files, codebase, upgraded_root, rename_map=None):
+  """``--verify``: every class with literal ``init_by_shape`` shapes.
+
+  ``rename_map``: the report's (``--names linen``), else None.
+  """
   results = []
   if upgraded_root is None:
     return results
@@ -135,7 +155,8 @@ def verify_codebase(files, codebase, upgraded_root):
       res = verify_module(
           by_rel[info.file].path, os.path.join(upgraded_root, info.file),
           info.name, shapes['inputs'], shapes['kwargs'], info.fields,
-          info.call, info.var_kw)
+          info.call, info.var_kw, rename_map=rename_map,
+          root_class=f'{info.file}:{info.name}' if rename_map else None)
       res.update({'file': info.file, 'class': info.name,
                   'inputs': shapes['inputs'], 'hyper': shapes['kwargs']})
       res.pop('stderr', None)

@@ -240,6 +240,7 @@ class _NamePlan(cst.CSTVisitor):
     self.resolver = resolver
     self.locals = local_vars
     self.events = []
+    self.refs = {}  # node id -> the Ref its call constructs (names plan)
     self.dynamic = False
     self.nested = False  # an auto-named call inside another's arguments
     self._open_calls = 0
@@ -265,6 +266,7 @@ class _NamePlan(cst.CSTVisitor):
     f = node.func
     if (isinstance(f, cst.Attribute) and f.attr.value == 'shared'
         and self.resolver(f.value) is not None and _call_name(node) is None):
+      self.refs[id(node)] = Ref('shared', self.resolver(f.value), node)
       self._event(node, None)
       return
     # legacy recurrent cells (rules/recurrent.py) take the counter too
@@ -286,6 +288,7 @@ class _NamePlan(cst.CSTVisitor):
     self._open_calls -= 1
     if _partial_named(ref):
       return  # X.partial(name=...) names every call
+    self.refs[id(node)] = ref
     self._event(node, _type_name(ref))
 
   def _event(self, node, type_name):
@@ -474,6 +477,12 @@ class ApplyRewriter(transform.Upgrader):
       self.names = plan_names(plan.events)
       if self.names is None:
         self.dynamic = True
+    # --names linen (rules/linen_names.py): linen's own auto-names where
+    # they are known statically; the legacy plan above otherwise
+    self.rename = None
+    if up.ctx.codebase.names_mode == 'linen':
+      from flaxlegacy.upgrade.rules import linen_names  # pylint: disable=g-import-not-at-top
+      self.rename = linen_names.plan(self, plan, fn)
     if self.dynamic and plan.nested:
       self.todo_all = ('auto-named submodules inside the arguments of other '
                        'auto-named submodules, under a loop or condition: '
@@ -1028,6 +1037,8 @@ def convert_class(up, node, info, plain=False):
     return subclasses.convert(
         up, node, info, lambda n, i: convert_class(up, n, i, plain=True))
   from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
+  legacy_methods = [s for s in node.body.body if isinstance(
+      s, cst.FunctionDef) and s.name.value != 'apply']
   node = helpers.prepare_class(up, node)
   apply = None
   others = []
@@ -1089,6 +1100,9 @@ def convert_class(up, node, info, plain=False):
   up.rewrote(node, 'module_class', f'class {info.name}: apply -> fields '
              f'{info.fields} + __call__{tuple(info.call)}')
   up.ctx.report.modules.append(info.report())
+  if rw.rename is not None:
+    # names written in any method (helpers making submodules for apply)
+    up.ctx.report.renames.append(rw.rename.entry(info, legacy_methods))
   bases = [b.with_changes(value=_expr('flax.linen.Module'))
            if facts_lib.dotted(b.value) in ('flax.nn.Module',
                                             'flax.deprecated.nn.Module')
@@ -1106,7 +1120,9 @@ def convert_function(up, node, info):
   if fields is None:
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
-  call_fn, _ = _body_of(up, info, node)
+  call_fn, rw = _body_of(up, info, node)
+  if rw.rename is not None:
+    up.ctx.report.renames.append(rw.rename.entry(info, []))
   doc = []
   stmts = list(call_fn.body.body)
   if stmts and transform._is_docstring(stmts[0]):  # pylint: disable=protected-access

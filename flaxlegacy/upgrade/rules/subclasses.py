@@ -103,6 +103,12 @@ def convert(up, node, info, convert_plain):
     up.rewrote(node, 'subclass', f'class {info.name}({base_name}): no apply '
                'of its own; inherits the upgraded base')
     up.ctx.report.modules.append(info.report())
+    base = codebase.module(up.ctx.facts, base_name)
+    if codebase.names_mode == 'linen' and base is not None:
+      # --names linen: its submodules are its base's (rules/linen_names.py)
+      up.ctx.report.renames.append({
+          'file': info.file, 'class': info.name,
+          'inherits': f'{base.file}:{base.name}'})
     return node
   why = None
   if 'param' in methods:
