@@ -159,3 +159,32 @@ def test_generators_module_classes(generators):
       ('Composite', [((3, 6), 'float32')], {'hidden': 5,
                                             'block_hidden': 4}),
   ])
+
+
+NESTED = '''
+from flax import nn
+
+
+class M(nn.Module):
+
+  def apply(self, x):
+    y = nn.Dense(nn.Dense(x, 5), 10)
+    z = nn.Conv(nn.relu(nn.Conv(x[..., None], 2, (1,))), 3, (1,))
+    return nn.Dense(y, 3) + z[..., 0, :]
+'''
+
+
+def test_nested_auto_named_calls_keep_legacy_names(tmp_path):
+  # legacy numbers the inner call first (it runs first); linen constructs
+  # the outer module first: without explicit names the kernels would swap
+  (tmp_path / 'src').mkdir()
+  (tmp_path / 'src' / 'm.py').write_text(NESTED)
+  report = _upgrade(str(tmp_path / 'src'), tmp_path / 'out')
+  code = (tmp_path / 'out' / 'm.py').read_text()
+  assert ("nn.Dense(10, name='Dense_1')(nn.Dense(5, name='Dense_0')(x))"
+          in code)
+  assert "nn.Conv(3, (1,), name='Conv_3')(nn.relu(nn.Conv(2, (1,), " \
+         "name='Conv_2')" in code
+  assert "nn.Dense(3, name='Dense_4')(y)" in code
+  _check(report, str(tmp_path / 'src'), tmp_path / 'out', 'm.py',
+         [('M', [((2, 4), 'float32')], {})])

@@ -244,6 +244,11 @@ class _NamePlan(cst.CSTVisitor):
     self.dynamic = False
     self.nested = False  # an auto-named call inside another's arguments
     self._open_calls = 0
+    self._open_ids = []  # ids of the auto-named calls whose arguments run
+    # auto-named calls nested in another's arguments, and those others:
+    # legacy numbers the inner one first (it runs first), linen the outer
+    # one (it is constructed first), so they always get explicit names
+    self.nested_ids = set()
     self._unknown_depth = 0
     self._loop_stack = []
 
@@ -257,8 +262,11 @@ class _NamePlan(cst.CSTVisitor):
             and _call_name(node) is None)
     if auto and self._open_calls:
       self.nested = True
+      self.nested_ids.add(id(node))
+      self.nested_ids.update(self._open_ids)
     if auto:
       self._open_calls += 1
+      self._open_ids.append(id(node))
     return True
 
   def leave_Call(self, node):
@@ -286,6 +294,8 @@ class _NamePlan(cst.CSTVisitor):
     if _call_name(node) is not None:
       return
     self._open_calls -= 1
+    if self._open_ids and self._open_ids[-1] == id(node):
+      self._open_ids.pop()
     if _partial_named(ref):
       return  # X.partial(name=...) names every call
     self.refs[id(node)] = ref
@@ -403,15 +413,17 @@ def _has_break(node):
   return bool(found)
 
 
-def plan_names(events):
+def plan_names(events, explicit=()):
   """Per call node id: None (linen's auto-name equals legacy's) or a name.
 
+  ``explicit``: ids that always get their legacy name written (nested
+  auto-named calls: linen's construction order is not legacy's there).
   Returns None if a call that runs several times needs varying names.
   """
   keep = {}
   counts = collections.Counter(e[0] for e in events)
   for node_id, type_name, _ in events:
-    keep[node_id] = type_name is not None
+    keep[node_id] = type_name is not None and node_id not in explicit
   names = {}
   while True:
     per_type = collections.Counter()
@@ -474,7 +486,7 @@ class ApplyRewriter(transform.Upgrader):
       for v in values:
         self.instance_partials[id(v)] = (name, legacy)
     if not plan.dynamic:
-      self.names = plan_names(plan.events)
+      self.names = plan_names(plan.events, plan.nested_ids)
       if self.names is None:
         self.dynamic = True
     # --names linen (rules/linen_names.py): linen's own auto-names where
