@@ -24,6 +24,9 @@ SAME_IN_LINEN = frozenset(
      'compact'))
 PROGRAM_METHODS = frozenset(('init', 'init_by_shape', 'call', 'create',
                              'create_by_shape'))
+# Methods only legacy modules have: any call left after the program rules
+# is legacy code whatever its receiver.
+LEGACY_ONLY_METHODS = frozenset(('init_by_shape', 'create_by_shape'))
 
 
 class FileReport:
@@ -181,6 +184,15 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       self.todo(original_node, f'{original_node.value.value}.'
                 f'{original_node.attr.value}: legacy module life cycle is '
                 'program-level (issue 15)')
+    elif (original_node.attr.value in LEGACY_ONLY_METHODS
+          and (self.ctx.facts.nn_prefixes or self.ctx.codebase.modules)):
+      # Left by the program rules (they rewrite those on a module they
+      # know): on a table entry, a parameter ... the module is not known
+      # here, and linen modules have no such method.
+      self.todo(original_node, f'{self.ctx.code_of(original_node)}: legacy '
+                'module life cycle on an object not known here to be a '
+                'module; linen modules have no such method (use '
+                'Module.init / Module.apply)')
     return updated_node
 
   def visit_Call(self, node):
@@ -313,7 +325,8 @@ def _relevance(file_facts, codebase):
   for f in codebase.files.values():
     words.update(f.modules)
   words.update(p.split('.')[-1] for p in file_facts.nn_prefixes)
-  alternatives = [r'\bimport\b', r'\.partial\b', 'jax\\.config']
+  alternatives = [r'\bimport\b', r'\.partial\b', 'jax\\.config',
+                  r'_by_shape\b']
   alternatives += [r'\b' + re.escape(w) + r'\b' for w in sorted(words)]
   return re.compile('|'.join(alternatives))
 

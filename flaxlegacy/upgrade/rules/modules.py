@@ -1009,7 +1009,9 @@ def _fields(up, info):
     if default is not None and default.lstrip().startswith(('[', '{')):
       return None, f
     line = f'{f}: {ann}' + (f' = {default}' if default is not None else '')
-    out.append(cst.parse_statement(line + '\n'))
+    # The default is legacy source: the generic rules (flax.nn spelled out,
+    # removed JAX names, TODOs on legacy layers) apply to it as to the body.
+    out.append(cst.parse_statement(line + '\n').visit(up))
   if info.var_kw:
     up.ctx.needed_imports.add('dataclasses')
     up.ctx.needed_imports.add('typing.Any')
