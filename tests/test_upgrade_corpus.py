@@ -10,6 +10,8 @@ research code, docs/corpus.md "Upgraded"), each as a short legacy snippet.
   ``KNOWN_MODELS[name].partial(...)``) was left without a TODO;
 * a file naming no ``nn`` (``from models import resnet`` then
   ``resnet.ResNet50.partial(...).init_by_shape``) was not even parsed;
+* ``X.partial(...)`` of a parameter (dopamine's ``network.partial``) was
+  left without a TODO;
 * ``nn.Model(M, params)`` became ``params`` where M was a parameter
   (dopamine's agents: ``nn.Model(self.network, params)``), so the model's
   calls elsewhere called a dict, silently.
@@ -152,6 +154,30 @@ def test_init_by_shape_on_unknown_object_gets_a_todo():
   at = [i for i, l in enumerate(lines) if 'model.init_by_shape(' in l][0]
   assert lines[at - 1].strip().startswith(TODO)
   assert 'model.init_by_shape: legacy module life cycle' in lines[at - 1]
+  # and the .partial of that table entry (line 6), not known as a module
+  assert sorted(t['line'] for t in rep.left) == [6, 7]
+  assert any(t['why'].startswith('models.KNOWN_MODELS[name].partial(...): '
+                                 'not known here') for t in rep.left)
+
+
+def test_partial_of_unknown_object_gets_a_todo():
+  """dopamine's agents: ``network.partial(num_actions=...)`` of a module
+  class passed as a parameter."""
+  new, rep = up('''
+      from flax import nn
+      import functools as ft
+
+      class Agent:
+        def __init__(self, network):
+          self.network = network.partial(num_actions=2)
+          self.f = ft.partial(max, 1)
+      ''')
+  lines = new.splitlines()
+  at = [i for i, l in enumerate(lines)
+        if 'self.network = network.partial(' in l][0]
+  assert lines[at - 1].strip().startswith(TODO + ': network.partial(...)')
+  assert 'self.network = network.partial(num_actions=2)' in new
+  assert 'self.f = ft.partial(max, 1)' in new      # functools: no TODO
   assert [t['line'] for t in rep.left] == [7]
 
 

@@ -221,8 +221,22 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       self.rewrote(original_node, 'jax_names', f'{q}(...) rewritten')
       return new
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
-    return modules.module_level_partial_leave(self, original_node,
-                                              updated_node)
+    new = modules.module_level_partial_leave(self, original_node,
+                                             updated_node)
+    f = original_node.func
+    if (new is updated_node and isinstance(f, cst.Attribute)
+        and f.attr.value == 'partial'
+        and 'functools' not in (
+            facts_lib.dotted(f.value),
+            jax_names.qualify(f.value, self.ctx.facts.imports))
+        and (self.ctx.facts.nn_prefixes or self.ctx.codebase.modules)):
+      # X.partial(...) of something the rules do not know as a legacy
+      # module (a parameter, a table entry): linen modules have no
+      # .partial, and the rules cannot tell a module from anything else.
+      self.todo(original_node, f'{self.ctx.code_of(f)}(...): not known here '
+                'to be a legacy module; if it is one, use '
+                'functools.partial(X, ...)')
+    return new
 
   # -- module definitions (rules/modules.py) --
   def visit_ClassDef(self, node):
