@@ -254,3 +254,41 @@ def test_model_of_unknown_module_is_left_with_a_todo():
       ''')
   assert 'return params' in new
   assert not any('not known here' in t['why'] for t in rep.left)
+
+
+SRC_KWONLY = '''\
+from flax import nn
+
+
+class Block(nn.Module):
+
+  def apply(self, x, filters, strides=1, *, scale, shift=0.):
+    x = nn.Dense(x, filters)
+    return x * scale * strides + shift
+'''
+
+
+def test_keyword_only_field_after_defaults(tmp_path):
+  """cold_posterior's WideResNet blocks: ``apply(self, x, ..., *, conv,
+  norm)`` after parameters with defaults: a plain field would make the
+  dataclass fail at import (non-default argument follows default
+  argument); the field is keyword-only, as the legacy parameter was."""
+  new, rep = up(SRC_KWONLY)
+  assert 'strides: int = 1\n' in new
+  assert 'scale: Any = dataclasses.field(kw_only=True)\n' in new
+  assert 'import dataclasses' in new and not rep.left
+  src = tmp_path / 'src'
+  src.mkdir()
+  (src / 'm.py').write_text(SRC_KWONLY)
+  out = tmp_path / 'out'
+  status, report = api.upgrade_paths([str(src)], out=str(out))
+  assert status == 0
+  m = [m for m in report['modules'] if m['class'] == 'Block'][0]
+  results = verify.verify_modules(
+      str(src / 'm.py'), str(out / 'm.py'),
+      [dict(class_name='Block', inputs=[((2, 3), 'float32')],
+            hyper={'filters': 4, 'strides': 2, 'scale': 0.5},
+            fields=m['fields'], call=m['call'], var_kw=m['var_kw'])])
+  r = results[0]
+  assert r['status'] == 'ok', (r.get('detail'), r.get('stderr', '')[-2000:])
+  assert r['tree'] and r['match'] and not r['legacy_imported']
