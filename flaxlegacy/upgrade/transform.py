@@ -224,7 +224,10 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     new = modules.module_level_partial_leave(self, original_node,
                                              updated_node)
     f = original_node.func
+    # (only here: a subclass with a leave_Call of its own, the module-body
+    # rewriter, resolves the .partial of its locals after this returns)
     if (new is updated_node and isinstance(f, cst.Attribute)
+        and type(self).leave_Call is Upgrader.leave_Call
         and f.attr.value == 'partial'
         and 'functools' not in (
             facts_lib.dotted(f.value),
