@@ -801,6 +801,13 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                              _class_name(call.func.value))
     if info is None and isinstance(call.func.value, cst.Name):
       info = self.codebase.modules.get(self.model_class or '')
+    if info is None and any(a.keyword is not None for a in rest):
+      # keywords at init are fields or __call__ arguments: which, only
+      # the class can tell (a guess is silently wrong code)
+      self.todo(call, f'{attr} with keyword arguments of a module class not '
+                'known here: they may be fields (constructor) or __call__ '
+                'arguments; port by hand')
+      return None
     fields = set(info.fields) if info is not None else set()
     field_kw = [a for a in rest if a.keyword is not None
                 and a.keyword.value in fields]
