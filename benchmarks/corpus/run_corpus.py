@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Run real 2020-2021 legacy-Flax codebases' own tests under flaxlegacy and
-under the legacy oracle, and record every test's outcome on both sides.
+under the legacy oracle, and record every test's outcome on both sides; a
+third side runs them from the codebase as `flaxlegacy upgrade` rewrote it.
 
 Not run by CI (slow, needs local snapshots and two extra virtualenvs).
 docs/corpus.md says what the corpus is, how to set it up, and what it found.
@@ -20,6 +21,13 @@ The sides are parameters: --flaxlegacy-python / --flaxlegacy-path (the
 checkout put first on PYTHONPATH) / --flaxlegacy-env KEY=VAL, and
 --oracle-python VERSION=PYTHON for each legacy Flax version a codebase asks
 for (0.3.5 for `from flax import nn`).
+
+The third side, `--side upgraded`, runs `python -m flaxlegacy upgrade SRC
+--out WORK/name/upgraded` with the flaxlegacy side's python and checkout,
+records the upgrade's summary (files, TODOs, upgrade.json) and then runs the
+same test files from the upgraded tree with FLAXLEGACY=off (the layer is not
+installed; flaxlegacy stays importable for the linen modules it ships).
+`--side both` still means flaxlegacy and oracle; `--side all` adds upgraded.
 """
 
 import argparse
@@ -40,7 +48,9 @@ import xml.etree.ElementTree as ET
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_CORPUS = os.path.join(HERE, 'corpus.json')
 DEFAULT_RESULTS = os.path.join(HERE, 'results')
-SIDES = ('flaxlegacy', 'oracle')
+SIDES = ('flaxlegacy', 'oracle')   # the pair the classes below compare
+UPGRADED = 'upgraded'               # the third side: the upgraded codebase
+ALL_SIDES = SIDES + (UPGRADED,)
 
 # One thread each: the machine is shared; tests run strictly one at a time.
 BASE_ENV = {
@@ -117,6 +127,10 @@ def side_command(side, cb, args):
   if side == 'flaxlegacy':
     return (args.flaxlegacy_python, [args.flaxlegacy_path],
             parse_kv(args.flaxlegacy_env))
+  if side == UPGRADED:
+    env = {'FLAXLEGACY': 'off'}
+    env.update(parse_kv(args.upgraded_env))
+    return args.flaxlegacy_python, [args.flaxlegacy_path], env
   version = cb.get('oracle', '0.3.5')
   pythons = parse_kv(args.oracle_python)
   if version not in pythons:
@@ -203,7 +217,7 @@ def run_file(cb, side, relfile, src, args):
            '-o', 'junit_family=xunit1', '--rootdir', src] + cb.get(
                'pytest_args', [])
   commit = (_checkout_commit(args.flaxlegacy_path)
-            if side == 'flaxlegacy' else None)
+            if side in ('flaxlegacy', UPGRADED) else None)
   start = time.time()
   proc = subprocess.Popen(cmd, cwd=cwd,
                           env=env, stdout=subprocess.PIPE,
@@ -221,7 +235,7 @@ def run_file(cb, side, relfile, src, args):
             'returncode': proc.returncode, 'seconds': elapsed,
             'timed_out': timed_out, 'tail': tail,
             'python': python, 'env': dict(extra_env)}
-  if side == 'flaxlegacy':
+  if side in ('flaxlegacy', UPGRADED):
     record['flaxlegacy_commit'] = commit
   if not timed_out and os.path.exists(xml):
     record['cases'] = parse_junit(xml, relfile)
@@ -259,6 +273,51 @@ def prepare_data(args):
                   '--data_dir', tfds_dir], check=True, env=env)
 
 
+def upgrade_tree(cb, src, args):
+  """`flaxlegacy upgrade SRC --out WORK/name/upgraded`; its summary."""
+  dest = os.path.join(args.workdir, cb['name'], 'upgraded')
+  if os.path.exists(dest):
+    shutil.rmtree(dest)
+  env = dict(os.environ)
+  for k in ('PYTHONPATH', 'FLAXLEGACY', 'VIRTUAL_ENV'):
+    env.pop(k, None)
+  env.update(BASE_ENV)
+  env['PYTHONPATH'] = args.flaxlegacy_path
+  cmd = ['nice', '-n', '10', args.flaxlegacy_python, '-m', 'flaxlegacy',
+         'upgrade', src, '--out', dest]
+  start = time.time()
+  proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+  summary = {'command': ' '.join(cmd[3:]), 'returncode': proc.returncode,
+             'seconds': round(time.time() - start, 1),
+             'flaxlegacy_commit': _checkout_commit(args.flaxlegacy_path),
+             'upgrade_json': os.path.join(dest, 'upgrade.json'),
+             'stderr_tail': proc.stderr.splitlines()[-5:]}
+  if proc.returncode != 0 or not os.path.exists(summary['upgrade_json']):
+    raise SystemExit('%s: flaxlegacy upgrade failed (exit %s):\n%s' % (
+        cb['name'], proc.returncode, proc.stderr[-3000:]))
+  with open(summary['upgrade_json']) as f:
+    report = json.load(f)
+  s = report['summary']
+  summary.update(files=s['files'], files_changed=s['files_changed'],
+                 modules_rewritten=s['modules_rewritten'],
+                 rewrites=s['rewrites'], todos=s['todos'],
+                 syntax_errors=len(s['syntax_errors']),
+                 shipped_modules=report.get('shipped_modules', []))
+  # Where the TODOs are: per file, so a failing test can be matched with
+  # the TODO the upgrade left in the code it runs.
+  summary['todos_by_file'] = {
+      path: len(f['left']) for path, f in sorted(report['files'].items())
+      if f['left']}
+  out = os.path.join(args.results, 'raw', cb['name'], 'upgrade.json')
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  with open(out, 'w') as f:
+    json.dump(summary, f, indent=1, sort_keys=True)
+  print('[upgrade] %s: %d files, %d changed, %d TODOs (%.0fs)' % (
+      cb['name'], s['files'], s['files_changed'], s['todos'],
+      summary['seconds']), flush=True)
+  return dest, summary
+
+
 def cmd_run(corpus, args):
   prepare_data(args)
   for cb in corpus['codebases']:
@@ -270,7 +329,8 @@ def cmd_run(corpus, args):
       files = [f for f in files if any(fnmatch.fnmatch(f, g)
                                        for g in args.files)]
     skip = cb.get('skip_files', {})
-    sides = SIDES if args.side == 'both' else (args.side,)
+    sides = {'both': SIDES, 'all': ALL_SIDES}.get(args.side, (args.side,))
+    upgraded = None   # (tree, summary), made once, when a file needs it
     for relfile in files:
       for side in sides:
         out = result_path(args, cb['name'], side, relfile)
@@ -281,7 +341,14 @@ def cmd_run(corpus, args):
           continue
         else:
           print('[%s] %s %s ...' % (side, cb['name'], relfile), flush=True)
-          record = run_file(cb, side, relfile, src, args)
+          if side == UPGRADED:
+            if upgraded is None:
+              upgraded = upgrade_tree(cb, src, args)
+            record = run_file(cb, side, relfile, upgraded[0], args)
+            record['upgrade'] = {k: upgraded[1][k] for k in (
+                'files', 'files_changed', 'todos', 'upgrade_json')}
+          else:
+            record = run_file(cb, side, relfile, src, args)
           counts = {}
           for c in record['cases']:
             counts[c['outcome']] = counts.get(c['outcome'], 0) + 1
@@ -333,6 +400,7 @@ def merge(corpus, args):
           tests[test_id][side] = t[side]
           tests[test_id][side + '_detail'] = t.get(side + '_detail', '')
         del tests[coll]
+    _merge_upgraded(args, cb, tests, files)
     for t in tests.values():
       a, b = t.get('flaxlegacy'), t.get('oracle')
       if a is None or b is None:
@@ -345,12 +413,51 @@ def merge(corpus, args):
         t['class'] = 'flaxlegacy_only'
       else:
         t['class'] = 'neither'
-    merged['codebases'][cb['name']] = {
-        'repo': cb['repo'], 'commit': cb['commit'], 'files': files,
-        'tests': dict(sorted(tests.items()))}
+      if UPGRADED in t:
+        layer, up = t.get('flaxlegacy') == 'passed', t[UPGRADED] == 'passed'
+        t['upgraded_class'] = {(True, True): 'layer_and_upgraded',
+                               (True, False): 'layer_not_upgraded',
+                               (False, True): 'upgraded_not_layer',
+                               (False, False): 'neither'}[layer, up]
+    entry = {'repo': cb['repo'], 'commit': cb['commit'], 'files': files,
+             'tests': dict(sorted(tests.items()))}
+    up = os.path.join(args.results, 'raw', cb['name'], 'upgrade.json')
+    if os.path.exists(up):
+      with open(up) as f:
+        entry['upgrade'] = json.load(f)
+    merged['codebases'][cb['name']] = entry
   with open(os.path.join(args.results, 'results.json'), 'w') as f:
     json.dump(merged, f, indent=1, sort_keys=True)
   return merged
+
+
+def _merge_upgraded(args, cb, tests, files):
+  """Adds the upgraded side's outcome to `tests` (ids as the pair's).
+
+  Kept apart from the pair's merge so that the flaxlegacy / oracle classes
+  are computed exactly as before.  A file the upgraded side cannot collect
+  fails there every test the pair collected from it.
+  """
+  for path in sorted(glob.glob(os.path.join(args.results, 'raw', cb['name'],
+                                            UPGRADED, '*.json'))):
+    with open(path) as f:
+      rec = json.load(f)
+    fi = files.setdefault(rec['file'], {})
+    if 'skipped_file' in rec:
+      fi['skipped'] = rec['skipped_file']
+      continue
+    fi[UPGRADED] = {'seconds': rec['seconds'], 'timed_out': rec['timed_out'],
+                    'returncode': rec['returncode']}
+    coll = rec['file'] + '::<collection>'
+    cases = rec['cases']
+    if [c['id'] for c in cases] == [coll]:
+      ids = [tid for tid in tests if tid.startswith(rec['file'] + '::')]
+      cases = [dict(cases[0], id=tid) for tid in ids] or cases
+    for case in cases:
+      t = tests.setdefault(case['id'], {})
+      t[UPGRADED] = case['outcome']
+      if case['outcome'] != 'passed':
+        t[UPGRADED + '_detail'] = case['detail']
 
 
 def summarize(merged):
@@ -374,6 +481,41 @@ def summarize(merged):
       total.get('neither', 0), total.get('incomplete', 0)))
   print('(oracle-: passes only under legacy Flax = a gap; flaxleg-: passes '
         'only under flaxlegacy)')
+  if any('upgrade' in cb for cb in merged['codebases'].values()):
+    summarize_upgraded(merged)
+
+
+def summarize_upgraded(merged):
+  """The upgraded side against the flaxlegacy side (the layer)."""
+  print()
+  print('%-22s %6s %8s %8s %8s %8s %6s' % (
+      'codebase', 'tests', 'upgraded', 'layer', 'layer-up', 'up-layer',
+      'TODOs'))
+  total = {}
+  for name, cb in merged['codebases'].items():
+    if 'upgrade' not in cb:
+      continue
+    ts = [t for t in cb['tests'].values() if UPGRADED in t]
+    row = {'tests': len(ts),
+           'upgraded': sum(t[UPGRADED] == 'passed' for t in ts),
+           'layer': sum(t.get('flaxlegacy') == 'passed' for t in ts),
+           'layer_not_upgraded': sum(
+               t['upgraded_class'] == 'layer_not_upgraded' for t in ts),
+           'upgraded_not_layer': sum(
+               t['upgraded_class'] == 'upgraded_not_layer' for t in ts),
+           'todos': cb['upgrade']['todos']}
+    for k, v in row.items():
+      total[k] = total.get(k, 0) + v
+    print('%-22s %6d %8d %8d %8d %8d %6d' % (
+        name, row['tests'], row['upgraded'], row['layer'],
+        row['layer_not_upgraded'], row['upgraded_not_layer'], row['todos']))
+  print('%-22s %6d %8d %8d %8d %8d %6d' % (
+      'TOTAL', total.get('tests', 0), total.get('upgraded', 0),
+      total.get('layer', 0), total.get('layer_not_upgraded', 0),
+      total.get('upgraded_not_layer', 0), total.get('todos', 0)))
+  print('(upgraded: passes from the upgraded tree with FLAXLEGACY=off; layer: '
+        'passes under flaxlegacy; layer-up: passes under flaxlegacy but not '
+        'upgraded; TODOs: left by the upgrade)')
 
 
 def _short(test_id):
@@ -440,7 +582,36 @@ def markdown(corpus, merged):
         if oo != 'passed':
           out.append('  - oracle (%s): `%s`' % (oo, od.replace('`', "'")[:220]))
       out.append('')
+    if 'upgrade' in res:
+      out.extend(_markdown_upgraded(res))
   return '\n'.join(out)
+
+
+def _markdown_upgraded(res):
+  up = res['upgrade']
+  ts = {tid: t for tid, t in res['tests'].items() if UPGRADED in t}
+  out = ['Upgraded (`flaxlegacy upgrade`, %d files, %d changed, %d TODOs; '
+         'tests run with FLAXLEGACY=off): %d of %d pass upgraded, %d under '
+         'flaxlegacy.\n' % (
+             up['files'], up['files_changed'], up['todos'],
+             sum(t[UPGRADED] == 'passed' for t in ts.values()), len(ts),
+             sum(t.get('flaxlegacy') == 'passed' for t in ts.values()))]
+  groups = {}
+  for tid, t in ts.items():
+    if t['upgraded_class'] == 'layer_not_upgraded':
+      key = (t[UPGRADED], t.get(UPGRADED + '_detail', ''))
+      groups.setdefault(key, []).append(tid)
+  if groups:
+    out.append('Pass under flaxlegacy but not upgraded:\n')
+    for (uo, ud), tids in sorted(groups.items(), key=lambda kv: kv[1][0]):
+      files = sorted({tid.split('::')[0].split('/')[-1] for tid in tids})
+      names = ', '.join('`%s`' % _short(t) for t in tids[:6])
+      more = ' and %d more' % (len(tids) - 6) if len(tids) > 6 else ''
+      out.append('- %d in %s: %s%s' % (len(tids), ', '.join(files), names,
+                                       more))
+      out.append('  - upgraded (%s): `%s`' % (uo, ud.replace('`', "'")[:220]))
+    out.append('')
+  return out
 
 
 def main(argv=None):
@@ -454,7 +625,9 @@ def main(argv=None):
   p.add_argument('--only', action='append', help='codebase name (repeat)')
   p.add_argument('--files', action='append',
                  help='glob over a codebase\'s test file paths (repeat)')
-  p.add_argument('--side', choices=SIDES + ('both',), default='both')
+  p.add_argument('--side', choices=ALL_SIDES + ('both', 'all'),
+                 default='both', help='both: flaxlegacy and oracle (the '
+                 'default); all: those and upgraded')
   p.add_argument('--force', action='store_true',
                  help='rerun files that already have a result')
   p.add_argument('--timeout', type=int, default=600, help='seconds per file')
@@ -467,6 +640,9 @@ def main(argv=None):
                  default=None, help='VERSION=PYTHON, e.g. '
                  '0.3.5=/work/oracle-corpus/bin/python')
   p.add_argument('--oracle-env', action='append')
+  p.add_argument('--upgraded-env', action='append',
+                 help='KEY=VALUE for the upgraded side (FLAXLEGACY=off is '
+                 'always set first)')
   p.add_argument('--report', action='store_true',
                  help='only merge results and print the summary')
   p.add_argument('--markdown', metavar='PATH',

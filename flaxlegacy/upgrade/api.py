@@ -43,7 +43,11 @@ def _walk(src):
 def _legacy_markers():
   """Substrings without which a file has nothing for any rule to rewrite."""
   from flaxlegacy.upgrade.rules import jax_names  # pylint: disable=g-import-not-at-top
-  marks = {'nn', 'flax.deprecated', 'jax.config', 'flax.optim', 'optim'}
+  # init_by_shape / create_by_shape: a program that only imports a model
+  # module (``from models import resnet``) and runs its legacy life cycle.
+  # ``.partial(``: the same, through ``models.M50.partial(...)``.
+  marks = {'nn', 'flax.deprecated', 'jax.config', 'flax.optim', 'optim',
+           '_by_shape', '.partial('}
   for q in list(jax_names.RENAMES) + list(jax_names.UNSURE) + list(
       jax_names.CALLS) + list(jax_names.MODULE_RENAMES):
     marks.add(q.rsplit('.', 1)[-1])

@@ -24,6 +24,9 @@ SAME_IN_LINEN = frozenset(
      'compact'))
 PROGRAM_METHODS = frozenset(('init', 'init_by_shape', 'call', 'create',
                              'create_by_shape'))
+# Methods only legacy modules have: any call left after the program rules
+# is legacy code whatever its receiver.
+LEGACY_ONLY_METHODS = frozenset(('init_by_shape', 'create_by_shape'))
 
 
 class FileReport:
@@ -182,6 +185,15 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       self.todo(original_node, f'{original_node.value.value}.'
                 f'{original_node.attr.value}: legacy module life cycle is '
                 'program-level (issue 15)')
+    elif (original_node.attr.value in LEGACY_ONLY_METHODS
+          and (self.ctx.facts.nn_prefixes or self.ctx.codebase.modules)):
+      # Left by the program rules (they rewrite those on a module they
+      # know): on a table entry, a parameter ... the module is not known
+      # here, and linen modules have no such method.
+      self.todo(original_node, f'{self.ctx.code_of(original_node)}: legacy '
+                'module life cycle on an object not known here to be a '
+                'module; linen modules have no such method (use '
+                'Module.init / Module.apply)')
     return updated_node
 
   def visit_Call(self, node):
@@ -210,8 +222,25 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       self.rewrote(original_node, 'jax_names', f'{q}(...) rewritten')
       return new
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
-    return modules.module_level_partial_leave(self, original_node,
-                                              updated_node)
+    new = modules.module_level_partial_leave(self, original_node,
+                                             updated_node)
+    f = original_node.func
+    # (only here: a subclass with a leave_Call of its own, the module-body
+    # rewriter, resolves the .partial of its locals after this returns)
+    if (new is updated_node and isinstance(f, cst.Attribute)
+        and type(self).leave_Call is Upgrader.leave_Call
+        and f.attr.value == 'partial'
+        and 'functools' not in (
+            facts_lib.dotted(f.value),
+            jax_names.qualify(f.value, self.ctx.facts.imports))
+        and (self.ctx.facts.nn_prefixes or self.ctx.codebase.modules)):
+      # X.partial(...) of something the rules do not know as a legacy
+      # module (a parameter, a table entry): linen modules have no
+      # .partial, and the rules cannot tell a module from anything else.
+      self.todo(original_node, f'{self.ctx.code_of(f)}(...): not known here '
+                'to be a legacy module; if it is one, use '
+                'functools.partial(X, ...)')
+    return new
 
   # -- module definitions (rules/modules.py) --
   def visit_ClassDef(self, node):
@@ -314,7 +343,8 @@ def _relevance(file_facts, codebase):
   for f in codebase.files.values():
     words.update(f.modules)
   words.update(p.split('.')[-1] for p in file_facts.nn_prefixes)
-  alternatives = [r'\bimport\b', r'\.partial\b', 'jax\\.config']
+  alternatives = [r'\bimport\b', r'\.partial\b', 'jax\\.config',
+                  r'_by_shape\b']
   alternatives += [r'\b' + re.escape(w) + r'\b' for w in sorted(words)]
   return re.compile('|'.join(alternatives))
 

@@ -18,6 +18,9 @@ def rewrite_import_from(node):
                                                           cst.ImportStar):
     return None
   mod = dotted(node.module)
+  submodule = _same_submodule(mod, node.names)
+  if submodule is not None:
+    return node.with_changes(module=cst.parse_expression(submodule))
   if mod not in ('flax', 'flax.deprecated'):
     return None
   names, changed = [], False
@@ -36,6 +39,24 @@ def rewrite_import_from(node):
       return None
     return node.with_changes(module=cst.Name('flax'), names=names)
   return node.with_changes(names=names)
+
+
+# Legacy nn submodules whose every public name linen has, computing the
+# same (both re-export jax.nn's initializers / activations).
+SAME_SUBMODULES = ('initializers', 'activation')
+
+
+def _same_submodule(mod, names):
+  """``from flax.nn import initializers`` / ``from flax.deprecated.nn.
+  initializers import zeros``: the linen module to import from, or None."""
+  for legacy in LEGACY_NN_MODULES:
+    if mod == legacy and all(dotted(a.name) in SAME_SUBMODULES
+                             for a in names):
+      return 'flax.linen'
+    for sub in SAME_SUBMODULES:
+      if mod == f'{legacy}.{sub}':
+        return f'flax.linen.{sub}'
+  return None
 
 
 def rewrite_import(node):

@@ -1020,17 +1020,28 @@ def _body_of(up, info, fn, methods_plan=None):
 
 def _fields(up, info):
   out = []
+  seen_default = False
   for f in info.fields:
     if f in RESERVED_FIELDS:
       return None, f
     default = info.defaults.get(f)
+    if default is not None:
+      seen_default = True
+    elif seen_default:
+      # only a keyword-only legacy parameter (``*, conv``) has no default
+      # after one with a default: a keyword-only field, as in legacy
+      # (a plain one would be a dataclass TypeError at import)
+      up.ctx.needed_imports.add('dataclasses')
+      default = 'dataclasses.field(kw_only=True)'
     ann = _field_annotation(default)
     if ann == 'Any':
       up.ctx.needed_imports.add('typing.Any')
     if default is not None and default.lstrip().startswith(('[', '{')):
       return None, f
     line = f'{f}: {ann}' + (f' = {default}' if default is not None else '')
-    out.append(cst.parse_statement(line + '\n'))
+    # The default is legacy source: the generic rules (flax.nn spelled out,
+    # removed JAX names, TODOs on legacy layers) apply to it as to the body.
+    out.append(cst.parse_statement(line + '\n').visit(up))
   if info.var_kw:
     up.ctx.needed_imports.add('dataclasses')
     up.ctx.needed_imports.add('typing.Any')

@@ -450,6 +450,17 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return False
     return aliases.is_module_name(self.codebase, _class_name(expr))
 
+  def _known_module(self, expr):
+    """A legacy module class, ``M.partial(...)`` of one, or a name bound
+    to such a partial in scope."""
+    if (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == 'partial'):
+      return self._known_module(expr.func.value)
+    if isinstance(expr, cst.Name) and self.scope.lookup('modvars_',
+                                                         expr.value):
+      return True
+    return self._is_module_expr(expr)
+
   def is_nn(self, expr, attr):
     return facts_lib.legacy_attr(expr, self.f.nn_prefixes) == attr
 
@@ -790,6 +801,13 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                              _class_name(call.func.value))
     if info is None and isinstance(call.func.value, cst.Name):
       info = self.codebase.modules.get(self.model_class or '')
+    if info is None and any(a.keyword is not None for a in rest):
+      # keywords at init are fields or __call__ arguments: which, only
+      # the class can tell (a guess is silently wrong code)
+      self.todo(call, f'{attr} with keyword arguments of a module class not '
+                'known here: they may be fields (constructor) or __call__ '
+                'arguments; port by hand')
+      return None
     fields = set(info.fields) if info is not None else set()
     field_kw = [a for a in rest if a.keyword is not None
                 and a.keyword.value in fields]
@@ -1110,6 +1128,13 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         return updated_node.with_changes(args=args)
     # nn.Model(M, params) -> params
     if self.is_nn(f, 'Model') and len(original_node.args) == 2:
+      if not self._known_module(original_node.args[0].value):
+        # params alone would lose M: the model's calls elsewhere (a
+        # parameter, an attribute ...) would call a dict
+        self.todo(original_node, 'nn.Model(M, params): M is not known here '
+                  'to be a legacy module class, so the calls of this model '
+                  'cannot become M().apply(params, ...); port by hand')
+        return updated_node
       self.note(original_node, 'nn.Model(M, params) -> params')
       return updated_node.args[1].value
     return updated_node
