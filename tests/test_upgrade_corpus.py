@@ -341,3 +341,24 @@ def test_init_keywords_of_unresolved_class_get_a_todo(tmp_path):
   assert ('md = functools.partial(models.M50, a=1, train=False)' in new)
   assert 'y, _variables = md().init_with_output(rng, x)' in new
   assert len(report['files']['pkg/t.py']['left']) == 1
+
+
+def test_field_called_like_a_legacy_module_gets_a_todo():
+  # sam's ResNet blocks: conv=nn.Conv.partial(...) reaches the block through
+  # a block_cls field, so nothing says what conv holds; calling it with
+  # hyper-parameters after the input is the legacy module call form
+  code, report = up('''
+      from flax import nn
+      class Block(nn.Module):
+        def apply(self, x, filters, conv, act=nn.relu):
+          y = act(conv(x, filters, (3, 3)))
+          return conv(y, filters, (1, 1), name='proj') + act(y)
+      ''')
+  lines = code.splitlines()
+  todo = "'conv' is called like a legacy module"
+  for call in ('y = self.act(self.conv(x, self.filters, (3, 3)))',
+               "return self.conv(y, self.filters, (1, 1), name='proj') + "
+               'self.act(y)'):
+    at = next(i for i, l in enumerate(lines) if l.strip() == call)
+    assert todo in lines[at - 1], code
+  assert sum(todo in l['why'] for l in report.left) == 2  # act(y): none

@@ -84,3 +84,53 @@ def test_shipped_group_norm_runs_with_the_layer_off():
   assert "{'bias': (1, 1, 4), 'scale': (1, 1, 4)}" in p.stdout
   assert ('error: Either `num_groups` or `group_size` should be specified, '
           'but not both of them.') in p.stdout
+
+
+HELPERS = '''
+    from flax import nn
+    from jax import lax
+
+
+    class DepthwiseConv(nn.Module):
+
+      def apply(self, x, axis=-1):
+        dn = nn.linear._conv_dimension_numbers(x.shape)
+        axes = nn.normalization._absolute_dims(x.ndim, (axis,))
+        k = self.param('kernel', (3, 1, x.shape[-1]),
+                       nn.initializers.lecun_normal())
+        y = lax.conv_general_dilated(x, k, (1,), 'SAME',
+                                     dimension_numbers=dn,
+                                     feature_group_count=x.shape[-1])
+        return y - y.mean(axes, keepdims=True)
+    '''
+
+
+def test_legacy_private_helpers_become_the_shipped_functions(tmp_path):
+  out, report = upgrade_source(textwrap.dedent(HELPERS))
+  assert 'TODO' not in out, out
+  assert 'dn = upgraded_layers.conv_dimension_numbers(x.shape)' in out
+  assert 'axes = upgraded_layers.absolute_dims(x.ndim, (self.axis,))' in out
+  assert sorted(r['shipped'] for r in report.rewritten if r.get('shipped')) == [
+      'flaxlegacy.migrate.upgraded_layers.absolute_dims',
+      'flaxlegacy.migrate.upgraded_layers.conv_dimension_numbers']
+  src = tmp_path / 'src'
+  src.mkdir()
+  (src / 'dw.py').write_text(textwrap.dedent(HELPERS))
+  status, _ = upgrade_paths([str(src)], out=str(tmp_path / 'out'))
+  assert status == 0
+  res = verify.verify_module(
+      str(src / 'dw.py'), str(tmp_path / 'out' / 'dw.py'), 'DepthwiseConv',
+      [((2, 7, 4), 'float32')], {}, ['axis'], [], None)
+  assert res['status'] == 'ok', res
+
+
+def test_shipped_helpers_equal_the_legacy_ones():
+  from flaxlegacy.migrate import upgraded_layers  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.nn import linear, normalization  # pylint: disable=g-import-not-at-top
+  for shape in ((2, 5), (2, 5, 3), (2, 4, 4, 3), (1, 2, 3, 4, 5)):
+    assert (upgraded_layers.conv_dimension_numbers(shape)
+            == linear._conv_dimension_numbers(shape))  # pylint: disable=protected-access
+    for dims in ((-1,), (0, -2), (1, 2)):
+      if max(abs(d) for d in dims) < len(shape):
+        assert (upgraded_layers.absolute_dims(len(shape), dims)
+                == normalization._absolute_dims(len(shape), dims))  # pylint: disable=protected-access

@@ -9,9 +9,14 @@ Plain ``flax.linen`` and ``jax.numpy``: importable and usable with
   legacy-nn.md §3.10), so a legacy checkpoint would not load into it.  This
   one keeps the legacy shapes and the legacy computation (float32
   statistics, the unclipped ``E[x^2] - E[x]^2``) and raises legacy's errors.
+* ``conv_dimension_numbers`` / ``absolute_dims``: legacy's private helpers
+  ``nn.linear._conv_dimension_numbers`` and
+  ``nn.normalization._absolute_dims``, which research code built custom
+  convolutions and normalizations on; linen has no ``_absolute_dims``, and
+  its private names may change without notice.
 """
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 from flax import linen as nn
 import jax.numpy as jnp
@@ -62,3 +67,23 @@ class GroupNorm(nn.Module):
     if self.use_bias:
       y = y + self.param('bias', self.bias_init, param_shape)
     return y.astype(self.dtype)
+
+
+def conv_dimension_numbers(input_shape: Sequence[int]):
+  """Channels-last ``lax.ConvDimensionNumbers`` for an input of this shape.
+
+  Input ``(batch, spatial..., features)``, kernel ``(spatial...,
+  in_features, out_features)``, output laid out like the input (legacy
+  ``nn.linear._conv_dimension_numbers``).
+  """
+  rank = len(input_shape)
+  spatial = tuple(range(1, rank - 1))
+  lhs = (0, rank - 1) + spatial
+  rhs = (rank - 1, rank - 2) + tuple(range(rank - 2))
+  return lax.ConvDimensionNumbers(lhs, rhs, lhs)
+
+
+def absolute_dims(rank: int, dims: Sequence[int]):
+  """``dims`` with negative entries counted from the end of a rank-``rank``
+  shape, as a tuple (legacy ``nn.normalization._absolute_dims``)."""
+  return tuple(rank + d if d < 0 else d for d in dims)

@@ -12,6 +12,8 @@ SHIPPED_MODULES = [
     'flaxlegacy.migrate.legacy_cells.OptimizedLSTMCell',
     'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask',
     'flaxlegacy.migrate.upgraded_layers.GroupNorm',
+    'flaxlegacy.migrate.upgraded_layers.conv_dimension_numbers',
+    'flaxlegacy.migrate.upgraded_layers.absolute_dims',
 ]
 
 

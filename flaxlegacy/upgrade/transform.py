@@ -155,6 +155,13 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     return updated_node
 
   # -- removed JAX names --
+  def visit_Attribute(self, node):
+    # nn.linear._conv_dimension_numbers: the module part is consumed too
+    if facts_lib.legacy_attr(node, self.ctx.facts.nn_prefixes) in (
+        layers_rule.LEGACY_HELPERS):
+      self._handled.add(id(node.value))
+    return True
+
   def leave_Attribute(self, original_node, updated_node):
     if self._in_import:
       return updated_node
@@ -171,6 +178,14 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     if q in jax_names.UNSURE and id(original_node) not in self._handled:
       self.todo(original_node, jax_names.UNSURE[q])
     attr = facts_lib.legacy_attr(original_node, self.ctx.facts.nn_prefixes)
+    if attr in layers_rule.LEGACY_HELPERS:
+      fn = layers_rule.LEGACY_HELPERS[attr]
+      full = f'flaxlegacy.migrate.upgraded_layers.{fn}'
+      self.ctx.needed_imports.add('flaxlegacy.migrate.upgraded_layers')
+      self.rewrote(original_node, 'layers', f'nn.{attr} -> upgraded_layers.'
+                   f'{fn}')
+      self.ctx.report.rewritten[-1]['shipped'] = full
+      return jax_names.expr(f'upgraded_layers.{fn}')
     if attr is not None and id(original_node) not in self._handled:
       head = attr.split('.')[0]
       if head not in SAME_IN_LINEN:

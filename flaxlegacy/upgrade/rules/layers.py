@@ -69,6 +69,13 @@ LAYERS = {
          'use_scale'), {}, None),
 }
 
+# legacy private helpers research code called -> the function flaxlegacy
+# ships for them (flaxlegacy.migrate.upgraded_layers, plain jax)
+LEGACY_HELPERS = {
+    'linear._conv_dimension_numbers': 'conv_dimension_numbers',
+    'normalization._absolute_dims': 'absolute_dims',
+}
+
 # linen layers flaxlegacy ships for the rewrite (plain linen, importable with
 # FLAXLEGACY=off): the constructor the rewrite writes -> its full name
 SHIPPED = {

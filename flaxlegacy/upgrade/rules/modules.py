@@ -134,6 +134,13 @@ class Resolver:
     return None
 
 
+def _module_call_form(call):
+  """A call that passes ``name=`` or two or more positional arguments."""
+  positional = [a for a in call.args if a.keyword is None and not a.star]
+  return len(positional) >= 2 or any(
+      a.keyword is not None and a.keyword.value == 'name' for a in call.args)
+
+
 def _type_name(ref):
   """Legacy default name of what ``ref`` constructs, or None (runtime)."""
   if ref.kind == 'layer':
@@ -505,6 +512,7 @@ class ApplyRewriter(transform.Upgrader):
 
   # -- names that are not loads --
   def visit_Attribute(self, node):
+    super().visit_Attribute(node)
     self._skip_names.add(id(node.attr))
     if (isinstance(node.value, cst.Name) and node.value.value in self.fields
         and node.attr.value in ('retrieve', 'store', 'as_dict')):
@@ -587,6 +595,17 @@ class ApplyRewriter(transform.Upgrader):
     if ref is None:
       if isinstance(f, cst.Name) and f.value in self.resolver.why_not:
         self.todo(original_node, self.resolver.why_not[f.value])
+      elif (isinstance(f, cst.Name) and f.value in self.fields
+            and self.info.defaults.get(f.value) in (None, 'None')
+            and _module_call_form(original_node)):
+        # a hyper-parameter called with hyper-parameters after the input
+        # or a name=: a legacy module (X.partial) by the look of it, but
+        # nothing in the codebase says what it holds (sam's conv=)
+        self.todo(original_node, f'{f.value!r} is called like a legacy '
+                  'module (arguments after the input, or a name=), but what '
+                  'it holds is not known here: if it is a legacy module, '
+                  'construct it with the hyper-parameters and call it on the '
+                  'input')
       return updated_node
     if ref.kind == 'dropout':
       return self._dropout(original_node, updated_node)
