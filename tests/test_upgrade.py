@@ -394,3 +394,17 @@ def test_ambiguous_init_spec_keeps_todo():
       ''')
   assert '_, params = M.init_by_shape(key, [(a, b)])' in out
   assert 'a spec that could be either' in out
+
+
+def test_attribute_of_a_layer_result_is_not_legacy_api():
+  # nn.Dense(x, 3).sum(-1): `sum` is an attribute of the layer's output,
+  # not a legacy name nn.Dense.sum (was a false TODO)
+  out = up('''
+      from flax import nn
+      class M(nn.Module):
+        def apply(self, x):
+          return nn.Dense(x, 3).sum(-1) + nn.Dense(x, 3).T.mean()
+      ''')
+  assert 'TODO' not in out, out
+  assert ('return nn.Dense(3)(x).sum(-1) + nn.Dense(3)(x).T.mean()'
+          in out)

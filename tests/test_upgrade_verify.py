@@ -188,3 +188,32 @@ def test_nested_auto_named_calls_keep_legacy_names(tmp_path):
   assert "nn.Dense(3, name='Dense_4')(y)" in code
   _check(report, str(tmp_path / 'src'), tmp_path / 'out', 'm.py',
          [('M', [((2, 4), 'float32')], {})])
+
+
+LIST_DEFAULT = '''
+from flax import nn
+
+
+class Net(nn.Module):
+
+  def apply(self, x, block_sizes=[2, 1]):
+    for i, n in enumerate(block_sizes):
+      for _ in range(n):
+        x = nn.relu(nn.Dense(x, 3 + i))
+    return x
+'''
+
+
+def test_list_default_becomes_a_field_with_a_factory(tmp_path):
+  # legacy moco's ResNet(block_sizes=[3, 4, 6, 3]): a list default is not a
+  # valid dataclass default; it becomes a default_factory field
+  (tmp_path / 'src').mkdir()
+  (tmp_path / 'src' / 'm.py').write_text(LIST_DEFAULT)
+  report = _upgrade(str(tmp_path / 'src'), tmp_path / 'out')
+  code = (tmp_path / 'out' / 'm.py').read_text()
+  assert ('block_sizes: Any = dataclasses.field(default_factory=lambda: '
+          '[2, 1])') in code
+  assert 'TODO' not in code
+  _check(report, str(tmp_path / 'src'), tmp_path / 'out', 'm.py',
+         [('Net', [((2, 4), 'float32')], {}),
+          ('Net', [((2, 4), 'float32')], {'block_sizes': [1, 2]})])

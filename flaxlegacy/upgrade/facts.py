@@ -105,6 +105,11 @@ def legacy_attr(node, prefixes):
   name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
   if not name:
     return None
+  inner = node
+  while isinstance(inner, cst.Attribute):
+    inner = inner.value
+  if not isinstance(inner, cst.Name):
+    return None  # nn.Conv(...).sum: an attribute of a value, not of nn
   for p in prefixes:
     if name.startswith(p + '.'):
       return name[len(p) + 1:]

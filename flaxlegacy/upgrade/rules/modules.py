@@ -1056,7 +1056,11 @@ def _fields(up, info):
     if ann == 'Any':
       up.ctx.needed_imports.add('typing.Any')
     if default is not None and default.lstrip().startswith(('[', '{')):
-      return None, f
+      # a list / dict default: a dataclass field needs a factory (a fresh
+      # copy per instance; legacy shared one object, which only differs
+      # for code that mutates it)
+      up.ctx.needed_imports.add('dataclasses')
+      default = f'dataclasses.field(default_factory=lambda: {default})'
     line = f'{f}: {ann}' + (f' = {default}' if default is not None else '')
     # The default is legacy source: the generic rules (flax.nn spelled out,
     # removed JAX names, TODOs on legacy layers) apply to it as to the body.
