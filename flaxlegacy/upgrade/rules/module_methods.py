@@ -33,6 +33,8 @@ import keyword
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.rules import helpers
+from flaxlegacy.upgrade.rules import methods as methods_rule
 
 
 def find(up, node):
@@ -56,13 +58,8 @@ class _Bound(cst.CSTVisitor):
     self.names.add(node.name.value)
 
   def _target(self, t):
-    if isinstance(t, cst.Name):
-      self.names.add(t.value)
-    elif isinstance(t, (cst.Tuple, cst.List)):
-      for e in t.elements:
-        self._target(e.value)
-    elif isinstance(t, cst.StarredElement):
-      self._target(t.value)
+    self.names.update(n.value for n in methods_rule._targets(t)  # pylint: disable=protected-access
+                      if isinstance(n, cst.Name))
 
   def visit_AssignTarget(self, node):
     self._target(node.target)
@@ -125,18 +122,6 @@ class _Sites(cst.CSTVisitor):
       if isinstance(n, cst.SimpleString):
         lit = n.evaluated_value
       self.sites.append((node, lit))
-
-
-class _SelfCalls(cst.CSTVisitor):
-
-  def __init__(self):
-    self.calls = set()
-
-  def visit_Call(self, node):
-    f = node.func
-    if (isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name)
-        and f.value.value == 'self'):
-      self.calls.add(f.attr.value)
 
 
 class _Replace(cst.CSTTransformer):
@@ -203,7 +188,7 @@ def _convert_method(up, info, fn):
   return fn.with_changes(decorators=[], params=params, body=body), dropped
 
 
-def convert(up, node, info, new_body, methods):
+def convert(up, info, new_body, methods):
   """Rewrites the module methods of a converted class body.
 
   ``new_body``: the converted class body (``__call__``, helpers ...) with
@@ -234,9 +219,7 @@ def convert(up, node, info, new_body, methods):
   # functions the module methods reach through self.m(...) calls
   reach, todo = set(names), list(names)
   while todo:
-    sc = _SelfCalls()
-    fns[todo.pop()].visit(sc)
-    for c in sc.calls:
+    for c in helpers._self_calls(fns[todo.pop()]):  # pylint: disable=protected-access
       if c in fns and c not in reach and c != '__call__':
         reach.add(c)
         todo.append(c)
@@ -256,20 +239,22 @@ def convert(up, node, info, new_body, methods):
     return body, notes
   taken = set(fns) | set(info.fields) | {info.var_kw} | set(
       modules.RESERVED_FIELDS)
+  bound = {}
+  for fname, fn in fns.items():
+    b = _Bound()
+    fn.visit(b)
+    bound[fname] = b.names
   repl = {}
   setup_lines = []
   for lit in hoist:
-    for fname, fn in fns.items():
-      bound = _Bound()
-      fn.params.visit(bound)
-      fn.body.visit(bound)
+    for fname in fns:
       for call, l2 in sites[fname]:
         if l2 != lit:
           continue
         loads = _Loads()
         for a in call.args:
           a.value.visit(loads)
-        late = sorted((loads.names - {'self'}) & bound.names)
+        late = sorted((loads.names - {'self'}) & bound[fname])
         if late:
           return None, (f'submodule {lit!r} is built from {late[0]!r}, a '
                         f'value only {fname} knows (linen needs it in setup)')

@@ -1130,7 +1130,7 @@ def convert_class(up, node, info, plain=False):
   mms = [m for m in module_methods_rule.find(up, node)
          if m.name.value in others]
   if mms:
-    body2, notes = module_methods_rule.convert(up, node, info, new_body, mms)
+    body2, notes = module_methods_rule.convert(up, info, new_body, mms)
     if body2 is None:
       up.todo(node, f'{info.name}: {notes}')
     else:
