@@ -358,6 +358,25 @@ def cmd_run(corpus, args):
           json.dump(record, f, indent=1, sort_keys=True)
 
 
+def _side_records(args, cb, side, files):
+  """(record, its file's entry in `files`) for one side's test files.
+
+  Records the side's run (seconds, timeout, return code) on the entry; a
+  file the runner skipped is marked there and not yielded.
+  """
+  for path in sorted(glob.glob(os.path.join(args.results, 'raw', cb['name'],
+                                            side, '*.json'))):
+    with open(path) as f:
+      rec = json.load(f)
+    fi = files.setdefault(rec['file'], {})
+    if 'skipped_file' in rec:
+      fi['skipped'] = rec['skipped_file']
+      continue
+    fi[side] = {'seconds': rec['seconds'], 'timed_out': rec['timed_out'],
+                'returncode': rec['returncode']}
+    yield rec, fi
+
+
 def merge(corpus, args):
   """results.json: every test with its outcome on each side, by codebase."""
   merged = {'codebases': {}}
@@ -365,16 +384,7 @@ def merge(corpus, args):
     tests, files = {}, {}
     by_file = {}   # file -> side -> the ids of the cases that side recorded
     for side in SIDES:
-      for path in sorted(glob.glob(os.path.join(args.results, 'raw',
-                                                cb['name'], side, '*.json'))):
-        with open(path) as f:
-          rec = json.load(f)
-        fi = files.setdefault(rec['file'], {})
-        if 'skipped_file' in rec:
-          fi['skipped'] = rec['skipped_file']
-          continue
-        fi[side] = {'seconds': rec['seconds'], 'timed_out': rec['timed_out'],
-                    'returncode': rec['returncode']}
+      for rec, fi in _side_records(args, cb, side, files):
         if rec.get('flaxlegacy_commit'):
           fi['flaxlegacy_commit'] = rec['flaxlegacy_commit']
         for case in rec['cases']:
@@ -438,16 +448,7 @@ def _merge_upgraded(args, cb, tests, files):
   are computed exactly as before.  A file the upgraded side cannot collect
   fails there every test the pair collected from it.
   """
-  for path in sorted(glob.glob(os.path.join(args.results, 'raw', cb['name'],
-                                            UPGRADED, '*.json'))):
-    with open(path) as f:
-      rec = json.load(f)
-    fi = files.setdefault(rec['file'], {})
-    if 'skipped_file' in rec:
-      fi['skipped'] = rec['skipped_file']
-      continue
-    fi[UPGRADED] = {'seconds': rec['seconds'], 'timed_out': rec['timed_out'],
-                    'returncode': rec['returncode']}
+  for rec, _ in _side_records(args, cb, UPGRADED, files):
     coll = rec['file'] + '::<collection>'
     cases = rec['cases']
     if [c['id'] for c in cases] == [coll]:
