@@ -161,6 +161,19 @@ def test_generators_module_classes(generators):
   ])
 
 
+def _upgrade_one(tmp_path, source):
+  """Upgrades ``source`` as src/m.py; (report, upgraded code)."""
+  (tmp_path / 'src').mkdir()
+  (tmp_path / 'src' / 'm.py').write_text(source)
+  report = _upgrade(str(tmp_path / 'src'), tmp_path / 'out')
+  return report, (tmp_path / 'out' / 'm.py').read_text()
+
+
+def _check_one(report, tmp_path, cases):
+  return _check(report, str(tmp_path / 'src'), tmp_path / 'out', 'm.py',
+                cases)
+
+
 NESTED = '''
 from flax import nn
 
@@ -177,17 +190,13 @@ class M(nn.Module):
 def test_nested_auto_named_calls_keep_legacy_names(tmp_path):
   # legacy numbers the inner call first (it runs first); linen constructs
   # the outer module first: without explicit names the kernels would swap
-  (tmp_path / 'src').mkdir()
-  (tmp_path / 'src' / 'm.py').write_text(NESTED)
-  report = _upgrade(str(tmp_path / 'src'), tmp_path / 'out')
-  code = (tmp_path / 'out' / 'm.py').read_text()
+  report, code = _upgrade_one(tmp_path, NESTED)
   assert ("nn.Dense(10, name='Dense_1')(nn.Dense(5, name='Dense_0')(x))"
           in code)
   assert "nn.Conv(3, (1,), name='Conv_3')(nn.relu(nn.Conv(2, (1,), " \
          "name='Conv_2')" in code
   assert "nn.Dense(3, name='Dense_4')(y)" in code
-  _check(report, str(tmp_path / 'src'), tmp_path / 'out', 'm.py',
-         [('M', [((2, 4), 'float32')], {})])
+  _check_one(report, tmp_path, [('M', [((2, 4), 'float32')], {})])
 
 
 LIST_DEFAULT = '''
@@ -207,13 +216,10 @@ class Net(nn.Module):
 def test_list_default_becomes_a_field_with_a_factory(tmp_path):
   # legacy moco's ResNet(block_sizes=[3, 4, 6, 3]): a list default is not a
   # valid dataclass default; it becomes a default_factory field
-  (tmp_path / 'src').mkdir()
-  (tmp_path / 'src' / 'm.py').write_text(LIST_DEFAULT)
-  report = _upgrade(str(tmp_path / 'src'), tmp_path / 'out')
-  code = (tmp_path / 'out' / 'm.py').read_text()
+  report, code = _upgrade_one(tmp_path, LIST_DEFAULT)
   assert ('block_sizes: Any = dataclasses.field(default_factory=lambda: '
           '[2, 1])') in code
   assert 'TODO' not in code
-  _check(report, str(tmp_path / 'src'), tmp_path / 'out', 'm.py',
-         [('Net', [((2, 4), 'float32')], {}),
-          ('Net', [((2, 4), 'float32')], {'block_sizes': [1, 2]})])
+  _check_one(report, tmp_path,
+             [('Net', [((2, 4), 'float32')], {}),
+              ('Net', [((2, 4), 'float32')], {'block_sizes': [1, 2]})])
