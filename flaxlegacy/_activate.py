@@ -8,10 +8,11 @@ or when user code calls ``flaxlegacy.activate()``.  It
 1. installs the import hook (for environments that skip .pth files);
 2. adds the JAX, NumPy and Python names legacy code used and today's
    releases removed (``_names.ALIASES``), each only where the name is absent;
-3. applies the legacy policies (``_names.POLICIES``): the legacy PRNG stream
-   and legacy msgpack checkpoints, and restores the JAX behaviour legacy code
-   relied on (``_names.BEHAVIOURS``, ``_behaviour``), each with an
-   environment opt-out, and announces them once in the log.
+3. applies the legacy policies (``_names.POLICIES``): the legacy PRNG stream,
+   legacy msgpack checkpoints and FrozenDict results of linen, and restores
+   the JAX, NumPy and early-linen (flax 0.3) behaviour legacy code relied on
+   (``_names.BEHAVIOURS``, ``_behaviour``), each with an environment
+   opt-out, and announces them once in the log.
 
 With ``FLAXLEGACY=on`` the start-up hook calls ``activate()`` as soon as
 ``jax`` has been imported (``_hook._install_at_startup``).
@@ -189,6 +190,12 @@ def _install_lazy(owner, lazy):
   namespace['__getattr__'] = __getattr__
 
 
+def _initializing(name):
+  """True while module ``name`` is still running its own code."""
+  spec = getattr(sys.modules.get(name), '__spec__', None)
+  return bool(getattr(spec, '_initializing', False))
+
+
 def install_jax_aliases(aliases=None):
   """Adds each name of ``_names.ALIASES`` (or ``aliases``) where it is absent.
 
@@ -205,6 +212,12 @@ def install_jax_aliases(aliases=None):
     package = alias.owner.partition('.')[0]
     if package not in sys.modules:
       deferred.setdefault(package, []).append(alias)
+      continue
+    if (alias.owner not in sys.modules and _initializing(package)):
+      # Activated from inside the package's own import (flax imports jax
+      # half-way through ``flax/__init__``): its submodules cannot be
+      # imported yet; wait for the owner itself.
+      deferred.setdefault(alias.owner, []).append(alias)
       continue
     try:
       owner = _resolve(alias.owner)
@@ -227,9 +240,9 @@ def install_jax_aliases(aliases=None):
     added.append(alias)
   for owner, names in lazy.items():
     _install_lazy(owner, names)
-  for package, pending in deferred.items():
+  for name, pending in deferred.items():
     _hook.after_import(
-        package, lambda module, pending=tuple(pending): install_jax_aliases(
+        name, lambda module, pending=tuple(pending): install_jax_aliases(
             pending))
   return tuple(added)
 
@@ -308,7 +321,7 @@ def apply_policies():
     settings = [f'{p.setting}={p.legacy_value}' for p in _names.POLICIES
                 if p.name in applied]
     if restored:
-      settings.append('JAX behaviour: ' +
+      settings.append('behaviour: ' +
                       ', '.join(b.name for b in restored))
     logger.warning(
         'flaxlegacy: legacy mode on for %s (%s). Set %s to "modern" to keep '

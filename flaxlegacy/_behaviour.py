@@ -29,6 +29,11 @@ own methods, which are not touched).
   legacy JAX, a tracer today) are accepted; the wrappers call today's
   function unchanged unless it would raise on exactly these arguments.
 
+The early-linen behaviours (``linen_keys``, ``initializers``,
+``param_override``, ``carries``, ``attention``, ``early_stopping``) live in
+``flaxlegacy/compat/early_linen.py`` and are applied when their flax module
+is imported.
+
 Everything here reaches into ``jax._src`` only through the few names below;
 a JAX that moved them makes the restoration fail to apply (logged at debug
 level, never an error), and tests/test_behaviour.py fails.
@@ -68,6 +73,38 @@ def _restore_scalars():
 
   for method in ('__int__', '__float__', '__complex__'):
     setattr(cls, method, make(method))
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  np.arange = _legacy_arange(np.arange)
+
+
+def _one_element(x):
+  """A one-element array of rank >= 1 as its 0-d array, else None."""
+  ndim = getattr(x, 'ndim', None)
+  if ndim and getattr(x, 'size', None) == 1 and hasattr(x, 'reshape'):
+    return x.reshape(())
+  return None
+
+
+def _legacy_arange(modern):
+
+  @functools.wraps(modern)
+  def arange(*args, **kwargs):
+    try:
+      return modern(*args, **kwargs)
+    except TypeError:
+      scalars = [_one_element(a) for a in args]
+      named = {k: _one_element(v) for k, v in kwargs.items()}
+      if all(s is None for s in scalars) and all(
+          s is None for s in named.values()):
+        raise
+    # NumPy 1.x converted one-element bounds, whatever their rank.
+    args = [a if s is None else s for a, s in zip(args, scalars)]
+    kwargs = {k: v if named[k] is None else named[k]
+              for k, v in kwargs.items()}
+    return modern(*args, **kwargs)
+
+  arange._flaxlegacy_modern = modern  # pylint: disable=protected-access
+  return arange
 
 
 # --- iteration --------------------------------------------------------------
@@ -259,11 +296,23 @@ def _restore_arguments():
       _legacy_clip(core.ShapedArray.clip.fun))
 
 
+def _early_linen(name):
+
+  def restore():
+    from flaxlegacy.compat import early_linen  # pylint: disable=g-import-not-at-top
+    early_linen.restore(name)
+
+  return restore
+
+
 _RESTORE = {
     'scalars': _restore_scalars,
     'pmap': _restore_pmap,
     'iteration': _restore_iteration,
     'arguments': _restore_arguments,
+    **{name: _early_linen(name) for name in (
+        'linen_keys', 'initializers', 'param_override', 'carries',
+        'attention', 'early_stopping')},
 }
 
 

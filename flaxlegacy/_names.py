@@ -97,6 +97,10 @@ def _module_entries():
                   'jax<0.8.0', 'jax 0.8.0',
                   'jax.devices() / jax.device_count() / jax.default_backend() '
                   '/ jax.extend.backend.get_backend'),
+        ModuleEntry('jax.lib.xla_client', 'flaxlegacy.compat.xla_client',
+                  'jax<0.9.0', 'jax 0.9.0',
+                  'jaxlib.xla_client (Device, Client, Shape, ...); '
+                  'jax.Device for type annotations'),
   ]
   return tuple(entries)
 
@@ -184,6 +188,8 @@ _C = 'flaxlegacy.compat.'
 JAX_REMOVED_API = (
     Alias('jax.lib', 'xla_bridge', _C + 'xla_bridge:', 'jax 0.8.0',
           'jax.devices() / jax.device_count() / jax.default_backend()', True),
+    Alias('jax.lib', 'xla_client', _C + 'xla_client:', 'jax 0.9.0',
+          'jaxlib.xla_client (jax.Device for type annotations)', True),
     Alias('jax', 'device_put_sharded', _C + 'jax_api:device_put_sharded',
           'jax 0.10.0', 'jax.device_put(jnp.stack(shards), NamedSharding(...))',
           True),
@@ -276,6 +282,21 @@ FLAX_PRIVATE_ALIASES = (
           'flax v0.3.6', 'flax.jax_utils.replicate', True),
     Alias('flax.jax_utils', '_is_omnistaging', _C + 'jax_api:_is_omnistaging',
           'flax v0.2.2', 'drop it (omnistaging is always on)', True),
+    # flax 0.3.x linen names that were renamed or dropped (early linen).
+    Alias('flax.linen', 'ConvLSTM', _C + 'linen_names:ConvLSTM',
+          'flax 0.6.4', 'flax.linen.ConvLSTMCell', True),
+    Alias('flax.linen.recurrent', 'ConvLSTM', _C + 'linen_names:ConvLSTM',
+          'flax 0.6.4', 'flax.linen.ConvLSTMCell', True),
+    Alias('flax.linen.linear', 'zeros', 'flax.linen.initializers:zeros',
+          'flax 0.4.x', 'flax.linen.initializers.zeros', True),
+    Alias('flax.linen.linear', 'lecun_normal',
+          'flax.linen.initializers:lecun_normal', 'flax 0.4.x',
+          'flax.linen.initializers.lecun_normal', True),
+    Alias('flax.linen.linear', 'variance_scaling',
+          'flax.linen.initializers:variance_scaling', 'flax 0.4.x',
+          'flax.linen.initializers.variance_scaling', True),
+    Alias('flax.linen.attention', 'zeros', 'flax.linen.initializers:zeros',
+          'flax 0.4.x', 'flax.linen.initializers.zeros', True),
 )
 
 # NumPy names removed in 1.24 / 2.0 / 2.x, with their 2020 meaning (issue 18
@@ -403,20 +424,31 @@ POLICIES = (
            'FLAXLEGACY_CHECKPOINTS',
            'flax.training.checkpoints writes legacy single-file msgpack '
            'checkpoints (today\'s default is an Orbax directory)'),
+    Policy('frozendict', 'flax_return_frozendict', True,
+           'FLAXLEGACY_FROZENDICT',
+           'linen init / init_with_output / apply(mutable=...) and '
+           'Module.variables return FrozenDicts, as flax 0.3 did '
+           '(variables.unfreeze(), rest, params = variables.pop("params"); '
+           'plain dicts since flax 0.7.1)'),
 )
 
-# Changed JAX behaviour restored in legacy processes (flaxlegacy/_behaviour.py),
-# announced with the policies and turned off the same way.
+# Changed JAX / NumPy / Flax behaviour restored in legacy processes
+# (flaxlegacy/_behaviour.py; the early-linen rows in
+# flaxlegacy/compat/early_linen.py), announced with the policies and turned
+# off the same way.
 #   name:    as in the log line.
 #   env:     opt-out variable (``modern``).
-#   changed: the JAX version whose behaviour legacy code trips on.
+#   changed: the JAX / NumPy / Flax version whose behaviour legacy code
+#            trips on.
 #   doc:     what legacy did and what is restored.
 Behaviour = collections.namedtuple('Behaviour', 'name env changed doc')
 
 BEHAVIOURS = (
     Behaviour('scalars', 'FLAXLEGACY_SCALARS', 'jax 0.4.3x (2024), NumPy 2.4',
               'int(), float(), complex() of a one-element array convert it, '
-              'as NumPy 1.x did (today TypeError unless 0-d)'),
+              'and numpy.arange takes one-element arrays as bounds '
+              '(np.arange(np.array([31]))), as NumPy 1.x did (today '
+              'TypeError unless 0-d)'),
     Behaviour('pmap', 'FLAXLEGACY_PMAP', 'jax 0.10.0',
               'pmap moves an input committed to another device layout '
               '(keys derived from a replicated step) instead of raising '
@@ -429,6 +461,34 @@ BEHAVIOURS = (
               'jax 0.4.27 (clip keywords) / jax 0.2.0 omnistaging',
               'jnp.clip(a_min=, a_max=) keywords; lax.dynamic_slice slice '
               'sizes given as an array of constants inside jit'),
+    # Early linen (flax 0.3.x), flaxlegacy/compat/early_linen.py.
+    Behaviour('linen_keys', 'FLAXLEGACY_LINEN_KEYS', 'flax 0.4.0',
+              'linen parameter and RNG keys derived as flax 0.3.x did (each '
+              'scope name folded in by its hash, the make_rng counter folded '
+              'in directly), so the same seed initialises the flax 0.3 '
+              'numbers; since flax 0.4 one fold of a hash of the whole path'),
+    Behaviour('initializers', 'FLAXLEGACY_INITIALIZERS', 'flax 0.4.0',
+              'linen layers call an initializer as init(key, shape), '
+              'without param_dtype, when it cannot take a dtype '
+              '(def cplx_init(rng, shape)) or a functools.partial binds '
+              'dtype= (today TypeError)'),
+    Behaviour('param_override', 'FLAXLEGACY_PARAM_OVERRIDE', 'flax 0.4.0',
+              'a Module subclass overriding param(self, name, init_fn, '
+              'shape) is called without the param_dtype argument '
+              'nn.Conv / nn.Dense pass today (today TypeError)'),
+    Behaviour('carries', 'FLAXLEGACY_CARRIES', 'flax 0.7.0',
+              'LSTMCell / GRUCell / OptimizedLSTMCell / ConvLSTMCell.'
+              'initialize_carry(rng, batch_dims, size[, init_fn]) as the '
+              'flax 0.3 static method beside today\'s instance method, and '
+              'the first three built without features (hidden size from '
+              'the carry)'),
+    Behaviour('attention', 'FLAXLEGACY_ATTENTION', 'flax 0.7.4',
+              'MultiHeadDotProductAttention(...)(inputs_q, inputs_kv, mask'
+              '[, deterministic]) with the mask as third positional argument '
+              '(today it is inputs_v)'),
+    Behaviour('early_stopping', 'FLAXLEGACY_EARLY_STOPPING', 'flax 0.7.5',
+              'has_improved, state = early_stop.update(metric) as flax 0.3 '
+              'returned it, beside today\'s state = early_stop.update(metric)'),
 )
 
 # Symbols (for `flaxlegacy check` and the coverage docs): legacy qualified
@@ -589,7 +649,8 @@ UNSUPPORTED = {
 
 
 # Roots other than jax whose removed names `flaxlegacy check` reports.
-ALIAS_ROOTS = ('numpy', 'collections', 'inspect', 'flax.jax_utils')
+ALIAS_ROOTS = ('numpy', 'collections', 'inspect', 'flax.jax_utils',
+               'flax.linen')
 
 
 def alias_root(fullname):

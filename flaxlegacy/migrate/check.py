@@ -419,7 +419,8 @@ def coverage_markdown():
   for p in _names.POLICIES:
     lines.append(f'| {p.name} | `{p.setting}={p.legacy_value}` | '
                  f'`{p.env}=modern` | {p.doc} |')
-  lines += ['', '## Changed JAX behaviour restored (at activation)', '',
+  lines += ['', '## Changed JAX, NumPy and Flax behaviour restored '
+            '(at activation)', '',
             '| behaviour | changed in | opt out | what legacy code gets |',
             '| --- | --- | --- | --- |']
   for b in _names.BEHAVIOURS:

@@ -1,0 +1,345 @@
+"""Flax 0.3.x linen behaviour, restored in legacy processes.
+
+Code of 2021 that mixed ``flax.nn`` / ``flax.optim`` with linen was written
+for flax 0.3.x linen.  Today's linen changed under it; each restoration
+below is one row of ``_names.BEHAVIOURS`` (announced in the legacy-mode log
+line, off with ``FLAXLEGACY_<NAME>=modern``) and, except ``linen_keys``,
+changes only calls that raise today:
+
+* ``linen_keys``: parameter and RNG keys derived as flax 0.3.x did: each
+  scope name folded into the key by its SHA-1 hash, one fold per level, and
+  ``make_rng``'s counter folded in directly.  Since flax 0.4.0 the whole
+  path and the counter are hashed into one fold (``LazyRng``), so the same
+  seed initialises other numbers.  Restored by deriving every ``LazyRng``
+  eagerly, as flax's own ``flax_lazy_rng=False`` mode did until it was
+  removed (a numbers change: docs/decisions.md).
+* ``initializers``: today's layers call ``init(key, shape, param_dtype)``;
+  flax 0.3's called ``init(key, shape)``.  When an initializer cannot take
+  the dtype (``def cplx_init(rng, shape)``) or a ``functools.partial``
+  already binds ``dtype=``, it is called without it.
+* ``param_override``: a Module subclass that overrides ``param(self, name,
+  init_fn, shape)`` is called without the ``param_dtype`` today's
+  ``nn.Conv`` / ``nn.Dense`` pass as a fifth argument.
+* ``carries``: ``LSTMCell / GRUCell / OptimizedLSTMCell / ConvLSTMCell
+  .initialize_carry(rng, batch_dims, size[, init_fn])``, the flax 0.3
+  static method, beside today's instance method; the first three cells built
+  without ``features`` read the hidden size from the carry, as in flax 0.3.
+* ``attention``: ``MultiHeadDotProductAttention(...)(inputs_q, inputs_kv,
+  mask[, deterministic])``, flax 0.3's positional signature (today the
+  third positional argument is ``inputs_v``).
+* ``early_stopping``: ``has_improved, state = early_stop.update(metric)``
+  (flax 0.3's tuple) beside today's ``state = early_stop.update(metric)``.
+
+The flax modules are not imported for this: each restoration is applied
+when its module is (``_hook.after_import``), so activation at ``import
+jax`` under ``FLAXLEGACY=on`` stays cheap.  Everything reaches into flax
+only through the few names below; a flax that moved them makes the
+restoration fail to apply (logged at debug level), and
+tests/test_early_linen.py fails.
+"""
+
+import functools
+import hashlib
+import inspect
+import logging
+import weakref
+
+logger = logging.getLogger('flaxlegacy')
+
+_MARK = '_flaxlegacy_modern'
+
+
+def _deferred(module_name, restore):
+  """Runs ``restore(module)`` once ``module_name`` is imported (or now)."""
+  from flaxlegacy import _hook  # pylint: disable=g-import-not-at-top
+
+  def apply(module):
+    try:
+      restore(module)
+    except Exception:  # pylint: disable=broad-except
+      logger.debug('flaxlegacy: early-linen behaviour %s not restored',
+                   restore.__name__, exc_info=True)
+
+  _hook.after_import(module_name, apply)
+
+
+def _marked(fn, modern):
+  setattr(fn, _MARK, modern)
+  return fn
+
+
+# --- linen_keys ----------------------------------------------------------------
+
+
+def _fold_legacy(rng, data):
+  """flax 0.3.x: a name by its SHA-1 hash, an integer as it is, one by one."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  for x in data:
+    if isinstance(x, str):
+      digest = hashlib.sha1(x.encode('utf-8')).digest()
+      rng = jax.random.fold_in(rng, jnp.uint32(
+          int.from_bytes(digest[:4], byteorder='big')))
+    elif isinstance(x, int):
+      rng = jax.random.fold_in(rng, x)
+    else:
+      raise ValueError(f'Expected int or string, got: {x}')
+  return rng
+
+
+def _restore_linen_keys(scope_module):
+  lazy_rng = scope_module.LazyRng
+  modern = lazy_rng.__dict__['create'].__func__
+
+  def create(rng, *suffix):
+    if isinstance(rng, lazy_rng):
+      rng = rng.as_jax_rng()  # (no suffix left once this is applied)
+    return lazy_rng(_fold_legacy(rng, suffix), ())
+
+  lazy_rng.create = staticmethod(_marked(functools.wraps(modern)(create),
+                                         modern))
+
+
+# --- initializers ----------------------------------------------------------------
+
+_signatures = weakref.WeakKeyDictionary()
+
+
+def _signature(fn):
+  try:
+    return _signatures[fn]
+  except (KeyError, TypeError):
+    pass
+  try:
+    sig = inspect.signature(fn)
+  except (TypeError, ValueError):
+    sig = None
+  try:
+    _signatures[fn] = sig
+  except TypeError:  # not weakly referenceable
+    pass
+  return sig
+
+
+def _is_dtype(x):
+  if x is None or isinstance(x, (bool, int, float)):
+    return False
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  try:
+    np.dtype(x)
+  except Exception:  # pylint: disable=broad-except
+    return False
+  return True
+
+
+def _binds(sig, args, kwargs):
+  try:
+    sig.bind(*args, **kwargs)
+  except TypeError:
+    return False
+  return True
+
+
+def without_dtype(fn, lead, args, kwargs):
+  """True if ``fn(*lead, *args, **kwargs)`` cannot bind only because of a
+  trailing dtype in ``args`` that flax 0.3 did not pass."""
+  if not args or not _is_dtype(args[-1]):
+    return False
+  sig = _signature(fn)
+  if sig is None:
+    return False
+  return (not _binds(sig, (*lead, *args), kwargs) and
+          _binds(sig, (*lead, *args[:-1]), kwargs))
+
+
+def _restore_initializers(scope_module):
+  scope_cls = scope_module.Scope
+  modern = scope_cls.param
+
+  @functools.wraps(modern)
+  def param(self, name, init_fn, *init_args, **kwargs):
+    init_kwargs = {k: v for k, v in kwargs.items() if k != 'unbox'}
+    if without_dtype(init_fn, (None,), init_args, init_kwargs):
+      init_args = init_args[:-1]
+    return modern(self, name, init_fn, *init_args, **kwargs)
+
+  scope_cls.param = _marked(param, modern)
+
+
+# --- param_override ---------------------------------------------------------------
+
+
+def _restore_param_override(module_module):
+  module_cls = module_module.Module
+  modern = module_cls._call_wrapped_method  # pylint: disable=protected-access
+
+  @functools.wraps(modern)
+  def _call_wrapped_method(self, fun, args, kwargs):
+    if (getattr(fun, '__name__', None) == 'param' and
+        without_dtype(fun, (self,), args, kwargs)):
+      args = args[:-1]
+    return modern(self, fun, args, kwargs)
+
+  module_cls._call_wrapped_method = _marked(_call_wrapped_method, modern)  # pylint: disable=protected-access
+
+
+# --- carries ------------------------------------------------------------------------
+
+# cell class name -> how flax 0.3 built the carry's shape and parts
+_CARRY_CELLS = {
+    'LSTMCell': ('features', 2),
+    'OptimizedLSTMCell': ('features', 2),
+    'GRUCell': ('features', 1),
+    'ConvLSTMCell': ('shape', 2),
+}
+# cells flax 0.3 built without ``features`` (the hidden size is the carry's)
+_FEATURELESS = ('LSTMCell', 'OptimizedLSTMCell', 'GRUCell')
+
+
+def _legacy_carry(size_kind, parts):
+
+  def initialize_carry(rng, batch_dims, size, init_fn=None):
+    import jax  # pylint: disable=g-import-not-at-top
+    if init_fn is None:
+      init_fn = jax.nn.initializers.zeros
+    shape = tuple(batch_dims) + (
+        (size,) if size_kind == 'features' else tuple(size))
+    if parts == 1:
+      return init_fn(rng, shape)
+    key1, key2 = jax.random.split(rng)
+    return init_fn(key1, shape), init_fn(key2, shape)
+
+  return initialize_carry
+
+
+class _InitializeCarry:
+  """``Cell.initialize_carry``: flax 0.3's static form on the class.
+
+  On an instance, today's method.  On the class, a call whose first
+  argument is a Module is today's method called unbound; any other call
+  (``nn.LSTMCell.initialize_carry(rng, (batch,), size)``), which raises
+  today, is flax 0.3's static method.
+  """
+
+  nowrap = True
+
+  def __init__(self, modern, legacy, cell_name):
+    self.modern = modern
+    self.legacy = legacy
+    self.cell_name = cell_name
+    functools.update_wrapper(self, modern)
+
+  def __get__(self, obj, cls=None):
+    if obj is not None:
+      if self.cell_name in _FEATURELESS and getattr(obj, 'features',
+                                                    0) is None:
+        raise TypeError(
+            f'{type(obj).__name__}.initialize_carry(rng, input_shape) needs '
+            f'features: this cell was built without it (flax 0.3 style, '
+            'hidden size from the carry). Pass features=..., or call flax '
+            f"0.3's {self.cell_name}.initialize_carry(rng, batch_dims, size) "
+            'on the class.')
+      return self.modern.__get__(obj, cls)
+    from flax import linen  # pylint: disable=g-import-not-at-top
+    modern, legacy = self.modern, self.legacy
+
+    @functools.wraps(modern)
+    def initialize_carry(*args, **kwargs):
+      if args and isinstance(args[0], linen.Module):
+        return modern(*args, **kwargs)
+      return legacy(*args, **kwargs)
+
+    return initialize_carry
+
+
+def _optional_features(cls):
+  """``features`` of ``cls`` defaults to None (flax 0.3 had no such field).
+
+  The default goes on the dataclass field, which subclasses made later
+  inherit (``nn.scan(nn.LSTMCell, ...)`` builds one), and ``__init__``
+  passes None when it is left out.
+  """
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  field = cls.__dataclass_fields__['features']
+  if field.default is not dataclasses.MISSING:
+    return
+  field.default = None
+  modern = cls.__init__
+
+  @functools.wraps(modern)
+  def __init__(self, *args, **kwargs):  # pylint: disable=invalid-name
+    if not args and 'features' not in kwargs:
+      kwargs['features'] = None
+    modern(self, *args, **kwargs)
+
+  cls.__init__ = _marked(__init__, modern)
+
+
+def _restore_carries(recurrent_module):
+  for name, (size_kind, parts) in _CARRY_CELLS.items():
+    cls = getattr(recurrent_module, name)
+    modern = cls.__dict__['initialize_carry']
+    if isinstance(modern, _InitializeCarry):
+      continue
+    cls.initialize_carry = _InitializeCarry(
+        modern, _legacy_carry(size_kind, parts), name)
+    if name in _FEATURELESS:
+      _optional_features(cls)
+
+
+# --- attention --------------------------------------------------------------------
+
+
+def _restore_attention(attention_module):
+  cls = attention_module.MultiHeadDotProductAttention
+  modern = cls.__call__
+
+  @functools.wraps(modern)
+  def __call__(self, inputs_q, *args, **kwargs):  # pylint: disable=invalid-name
+    # flax 0.3: (inputs_q, inputs_kv, mask=None, deterministic=None).
+    # Today's third positional is inputs_v; a mask there (one axis more
+    # than the keys) and any fourth positional raise today.
+    if len(args) == 3 or (len(args) == 2 and args[1] is not None and
+                          getattr(args[1], 'ndim', None) ==
+                          getattr(args[0], 'ndim', -2) + 1):
+      for name, value in zip(('mask', 'deterministic'), args[1:]):
+        if name in kwargs:
+          raise TypeError(
+              f"__call__() got multiple values for argument '{name}'")
+        kwargs[name] = value
+      args = args[:1]
+    return modern(self, inputs_q, *args, **kwargs)
+
+  cls.__call__ = _marked(__call__, modern)
+
+
+# --- early_stopping ---------------------------------------------------------------
+
+
+def _restore_early_stopping(early_stopping_module):
+  cls = early_stopping_module.EarlyStopping
+  if '__iter__' in cls.__dict__:
+    return
+
+  def __iter__(self):  # pylint: disable=invalid-name
+    # flax 0.3: ``update`` returned (has_improved, new state).
+    return iter((self.has_improved, self))
+
+  cls.__iter__ = _marked(__iter__, None)
+
+
+_RESTORE = {
+    'linen_keys': ('flax.core.scope', _restore_linen_keys),
+    'initializers': ('flax.core.scope', _restore_initializers),
+    'param_override': ('flax.linen.module', _restore_param_override),
+    'carries': ('flax.linen.recurrent', _restore_carries),
+    'attention': ('flax.linen.attention', _restore_attention),
+    'early_stopping': ('flax.training.early_stopping',
+                       _restore_early_stopping),
+}
+
+
+def restore(name):
+  """Schedules one restoration for when its flax module is imported."""
+  module_name, fn = _RESTORE[name]
+  _deferred(module_name, fn)

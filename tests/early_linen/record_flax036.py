@@ -1,0 +1,45 @@
+"""Records tests/early_linen/flax036.json under real flax 0.3.6 linen.
+
+Run with the oracle's interpreter (flax 0.3.6 on jax 0.4.13), from the
+repository root:
+
+    /path/to/oracle-0.3.6/bin/python tests/early_linen/record_flax036.py
+
+It initialises and applies every model of ``models.py`` from ``PRNGKey(0)``
+and writes each variable and output (float32 values as exact decimal
+strings).  CI has no oracle: the file is committed, and
+tests/test_early_linen.py compares flaxlegacy's numbers with it.
+"""
+
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import flax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
+import models  # pylint: disable=g-import-not-at-top,wrong-import-position
+
+
+def main():
+  if not flax.__version__.startswith('0.3.'):
+    sys.exit(f'run this under flax 0.3.x (found flax {flax.__version__})')
+  arrays = models.record()
+  data = {
+      'flax': flax.__version__,
+      'jax': jax.__version__,
+      'arrays': {k: {'shape': list(v.shape), 'dtype': str(v.dtype),
+                     'values': [repr(float(x)) for x in v.ravel()]}
+                 for k, v in sorted(arrays.items())},
+  }
+  with open(os.path.join(HERE, 'flax036.json'), 'w') as f:
+    json.dump(data, f, indent=0, sort_keys=True)
+    f.write('\n')
+  print(f'{len(arrays)} arrays from flax {flax.__version__} / jax '
+        f'{jax.__version__}')
+
+
+if __name__ == '__main__':
+  main()
