@@ -213,15 +213,17 @@ def install_jax_aliases(aliases=None):
     if package not in sys.modules:
       deferred.setdefault(package, []).append(alias)
       continue
-    if (alias.owner not in sys.modules and _initializing(package)):
-      # Activated from inside the package's own import (flax imports jax
-      # half-way through ``flax/__init__``): its submodules cannot be
-      # imported yet; wait for the owner itself.
-      deferred.setdefault(alias.owner, []).append(alias)
+    if alias.owner in deferred:
+      deferred[alias.owner].append(alias)
       continue
     try:
       owner = _resolve(alias.owner)
     except (ImportError, AttributeError):
+      if alias.owner not in sys.modules and _initializing(package):
+        # Activated from inside the package's own import (flax imports jax
+        # half-way through ``flax/__init__``): its submodules cannot be
+        # imported yet; wait for the owner itself.
+        deferred[alias.owner] = [alias]
       continue
     if _has(owner, alias.name):
       continue

@@ -197,16 +197,19 @@ print(json.dumps({'changed': changed, 'added': added}))
 
 def test_activation_overrides_nothing_that_exists():
   # FLAXLEGACY=off: the start-up hook stays out, so `before` is pristine.
-  # The `arguments` behaviour wraps two functions (tests/test_behaviour.py:
-  # the wrappers call them unchanged unless they would raise); without it
-  # nothing that exists is replaced.
+  # The `arguments` behaviour wraps two functions and `scalars` one
+  # (tests/test_behaviour.py, tests/test_early_linen.py: the wrappers call
+  # them unchanged unless they would raise); without them nothing that
+  # exists is replaced.
   proc = run_python(ENUMERATE, env={'FLAXLEGACY': 'off',
-                                    'FLAXLEGACY_ARGUMENTS': 'modern'})
+                                    'FLAXLEGACY_ARGUMENTS': 'modern',
+                                    'FLAXLEGACY_SCALARS': 'modern'})
   assert json.loads(proc.stdout.splitlines()[-1])['changed'] == []
   proc = run_python(ENUMERATE, env={'FLAXLEGACY': 'off'})
   result = json.loads(proc.stdout.splitlines()[-1])
   assert sorted(result['changed']) == ['jax.lax.dynamic_slice wraps it',
-                                       'jax.numpy.clip wraps it']
+                                       'jax.numpy.clip wraps it',
+                                       'numpy.arange wraps it']
   # And the aliases legacy code needs were added.
   for name in ('jax.tree_multimap', 'jax.tree_map', 'jax.tree_leaves',
                'jax.tree_flatten', 'jax.tree_unflatten', 'jax.numpy.DeviceArray',

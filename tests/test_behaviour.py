@@ -304,8 +304,9 @@ def test_behaviours_are_announced_in_the_one_log_line():
   proc = run_python('from flax import nn', env={'FLAXLEGACY_PMAP': 'modern'})
   assert proc.stderr.count('flaxlegacy: legacy mode on') == 1
   line = next(l for l in proc.stderr.splitlines() if 'legacy mode on' in l)
-  assert 'legacy mode on for prng, checkpoints, scalars, iteration, arguments' \
-      in line
+  assert ('legacy mode on for prng, checkpoints, frozendict, scalars, '
+          'iteration, arguments, linen_keys, initializers, param_override, '
+          'carries, attention, early_stopping (') in line
   assert 'FLAXLEGACY_SCALARS' in line and 'FLAXLEGACY_PMAP' not in line
 
 

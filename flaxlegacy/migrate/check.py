@@ -155,6 +155,10 @@ def _jax_finding(qualified, from_import):
     head = '.'.join(parts[:i])
     symbol = _names.SYMBOLS.get(head)
     if symbol is not None:
+      missing = _missing_from_served_module(head, parts[i:i + 1])
+      if missing:
+        return (missing, UNSUPPORTED, _versions(symbol.since, symbol.until),
+                symbol.modern, f'{head} is served, but not {missing}')
       note = ('still in JAX, deprecated' if symbol.until.startswith('renamed')
               else 'alias added by flaxlegacy')
       return (head, SUPPORTED, _versions(symbol.since, symbol.until),
@@ -166,6 +170,22 @@ def _jax_finding(qualified, from_import):
     return (module_path, SUPPORTED, _versions(entry.since, entry.until),
             entry.modern or '', 'module path served by flaxlegacy')
   return None
+
+
+def _missing_from_served_module(head, rest):
+  """'jax.lib.xla_client.ops' when the module served as ``head`` (an alias
+  whose value is a module) has no ``rest[0]``, else None."""
+  if not rest:
+    return None
+  alias = next((a for a in _names.ALIASES
+                if f'{a.owner}.{a.name}' == head), None)
+  if alias is None or not alias.value.endswith(':'):
+    return None
+  try:
+    module = importlib.import_module(alias.value[:-1])
+  except Exception:  # pylint: disable=broad-except
+    return None
+  return None if hasattr(module, rest[0]) else f'{head}.{rest[0]}'
 
 
 def resolve(qualified, from_import=False):
@@ -310,6 +330,8 @@ def scan_source(source, path='<string>'):
         _BEHAVIOUR_MODERN.get(name.split('(')[0], ''),
         f'legacy behaviour restored in legacy mode ({b.env}=modern turns '
         'it off)'))
+  from flaxlegacy.migrate import check_linen  # pylint: disable=g-import-not-at-top
+  findings.extend(check_linen.findings(tree, path, Finding, SUPPORTED))
   findings.sort(key=lambda f: (f.line, f.col))
   return findings
 
