@@ -111,6 +111,8 @@ setup(
     },
     entry_points={
         'console_scripts': ['flaxlegacy=flaxlegacy.cli:main'],
+        # plain `pytest` in a legacy tree runs legacy from the start
+        'pytest11': ['flaxlegacy = flaxlegacy.pytest_plugin'],
     },
     cmdclass=cmdclass,
     classifiers=[

@@ -7,6 +7,10 @@ names old code used (``jax.tree_multimap`` ...) resolve.  The start-up hook
 SCRIPT`` do it where .pth files are skipped.
 
 Importing this package is cheap: it imports neither JAX nor Flax.
+
+PYTEST_DONT_REWRITE: the start-up hook imports this package before pytest
+loads flaxlegacy's plugin (flaxlegacy/pytest_plugin.py), so pytest must not
+try to rewrite its assertions (it would warn, an error under ``-W error``).
 """
 
 from flaxlegacy.version import __version__

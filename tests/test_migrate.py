@@ -3,6 +3,7 @@
 import os
 import warnings
 
+import flax
 from flax import linen
 from flax import serialization
 from flax import traverse_util
@@ -294,8 +295,9 @@ def test_legacy_module_in_linen_train_and_eval():
 
 def test_legacy_module_init_keeps_legacy_layout():
   x, params, state = resnet_legacy()
-  variables = Outer(tc.SmallResNet).init(
-      {'params': jax.random.PRNGKey(0), 'dropout': jax.random.PRNGKey(1)}, x)
+  # (a legacy process: linen returns FrozenDicts, as flax 0.3 did)
+  variables = flax.core.unfreeze(Outer(tc.SmallResNet).init(
+      {'params': jax.random.PRNGKey(0), 'dropout': jax.random.PRNGKey(1)}, x))
   assert (jax.tree_util.tree_structure(variables['params']['resnet']) ==
           jax.tree_util.tree_structure(params))
   assert (jax.tree_util.tree_structure(variables['batch_stats']['resnet']) ==
