@@ -17,11 +17,18 @@ from the carry, as in legacy.  Given, it is checked against the carry.
 needs ``features``; the upgrade rewrites the legacy static
 ``initialize_carry(rng, batch_dims, size)`` into linen's form on a cell
 constructed with ``features=size``.
+
+``ConvLSTM`` is flax 0.3 linen's name of today's ``ConvLSTMCell`` (same
+fields, computation and parameters): a subclass of that name, so that an
+unnamed cell keeps flax 0.3's auto-name ``ConvLSTM_0``.  It is also what
+legacy processes get as ``flax.linen.ConvLSTM`` (``_names``), hence the
+import of the ``recurrent`` submodule: it works while ``flax.linen`` itself
+is still being imported.
 """
 
 from typing import Optional
 
-from flax import linen as nn
+from flax.linen import recurrent as nn
 
 
 def _hidden(features, h, cls):
@@ -57,3 +64,7 @@ class GRUCell(nn.GRUCell):
   def __call__(self, carry, inputs):
     _hidden(self.features, carry, 'GRUCell')
     return super().__call__(carry, inputs)
+
+
+class ConvLSTM(nn.ConvLSTMCell):
+  """flax 0.3 linen's ``ConvLSTM``: today's ``ConvLSTMCell``, same name."""

@@ -9,6 +9,10 @@ Plain ``flax.linen`` and ``jax.numpy``: importable and usable with
   legacy-nn.md §3.10), so a legacy checkpoint would not load into it.  This
   one keeps the legacy shapes and the legacy computation (float32
   statistics, the unclipped ``E[x^2] - E[x]^2``) and raises legacy's errors.
+* ``legacy_initializer``: an initializer as flax 0.3 linen called it,
+  ``init(key, shape)``; today's layers pass their ``param_dtype`` as a third
+  argument, which such an initializer cannot take (or, a ``functools.partial``
+  binding ``dtype=``, takes twice).
 * ``conv_dimension_numbers`` / ``absolute_dims``: legacy's private helpers
   ``nn.linear._conv_dimension_numbers`` and
   ``nn.normalization._absolute_dims``, which research code built custom
@@ -87,3 +91,19 @@ def absolute_dims(rank: int, dims: Sequence[int]):
   """``dims`` with negative entries counted from the end of a rank-``rank``
   shape, as a tuple (legacy ``nn.normalization._absolute_dims``)."""
   return tuple(rank + d if d < 0 else d for d in dims)
+
+
+def legacy_initializer(init):
+  """``init`` called as flax 0.3 linen called it: ``init(key, shape)``.
+
+  Today's linen layers call ``kernel_init(key, shape, param_dtype)``; the
+  result ignores that dtype, so an initializer written for flax 0.3 (no
+  dtype parameter, or a ``functools.partial`` that binds ``dtype=``) gives
+  the parameters it gave then, with their dtype.
+  """
+
+  def initializer(key, shape, dtype=None):  # pylint: disable=unused-argument
+    return init(key, shape)
+
+  initializer.legacy_initializer = init
+  return initializer

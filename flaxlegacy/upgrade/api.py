@@ -51,6 +51,8 @@ def _legacy_markers():
   for q in list(jax_names.RENAMES) + list(jax_names.UNSURE) + list(
       jax_names.CALLS) + list(jax_names.MODULE_RENAMES):
     marks.add(q.rsplit('.', 1)[-1])
+  from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top
+  marks.update(early_linen.MARKERS)
   return tuple(sorted(marks))
 
 

@@ -10,6 +10,8 @@ SHIPPED_MODULES = [
     'flaxlegacy.migrate.legacy_cells.LSTMCell',
     'flaxlegacy.migrate.legacy_cells.GRUCell',
     'flaxlegacy.migrate.legacy_cells.OptimizedLSTMCell',
+    'flaxlegacy.migrate.legacy_cells.ConvLSTM',
+    'flaxlegacy.migrate.upgraded_layers.legacy_initializer',
     'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask',
     'flaxlegacy.migrate.upgraded_layers.GroupNorm',
     'flaxlegacy.migrate.upgraded_layers.conv_dimension_numbers',

@@ -372,8 +372,14 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
   statement.
   """
   file_facts = codebase.files[path]
-  # Program-level rules first (rules/programs.py, issue 15), on the legacy
-  # source, then the module rules on the result.
+  # Early linen (flax 0.3.x) first, on the file as written (its own rules
+  # never meet legacy flax.nn code: rules/early_linen).
+  from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top
+  new_module = early_linen.run(file_facts, report, module)
+  if new_module is not module:
+    module, statement_texts = new_module, None
+  # Then the program-level rules (rules/programs.py, issue 15), on the
+  # legacy source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
   if programs.relevant(file_facts):
     wrapper = MetadataWrapper(module, unsafe_skip_copy=True)

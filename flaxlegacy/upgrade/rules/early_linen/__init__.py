@@ -1,0 +1,78 @@
+"""Rules: early linen (flax 0.3.x) -> today's linen, one module per concept.
+
+Code of 2021 wrote its linen half for flax 0.3.x; in legacy processes
+flaxlegacy restores that behaviour at run time (flaxlegacy/compat/
+early_linen.py).  These rules rewrite the source instead, so the code runs
+on today's linen with ``FLAXLEGACY=off``:
+
+* ``initializers``: an initializer without a dtype parameter gets one; a
+  ``functools.partial`` binding ``dtype=`` is wrapped in
+  ``upgraded_layers.legacy_initializer``.
+* ``carries``: ``Cell.initialize_carry(rng, batch_dims, size)`` -> today's
+  instance method; cells built without ``features`` (or handed to
+  ``nn.scan``) -> ``legacy_cells``; ``nn.ConvLSTM`` -> its name today.
+* ``frozendict``: ``variables.unfreeze()``, ``.pop(key)``, ``.copy(...)``,
+  ``.pretty_repr()`` -> the ``flax.core`` functions (dicts and FrozenDicts).
+* ``param_override``: ``def param(self, name, init_fn, shape)`` of a layer
+  subclass also takes (and ignores) today's ``param_dtype``.
+* ``attention``: the mask as third positional argument -> ``mask=``.
+* ``early_stopping``: ``has_improved, state = state.update(m)`` -> two
+  statements.
+* ``keys``: flax 0.3 derived parameter keys differently; nothing in the
+  source can change that, so a file that the rules above rewrote (it is
+  early linen, not linen the upgrade wrote from ``flax.nn``) and that
+  initialises linen modules gets a TODO saying so.
+
+Each rule is a libcst transformer over the whole file, run in the order
+of ``RULES``; all read the same ``LinenNames`` of the file (_common.py).
+"""
+
+from flaxlegacy.upgrade.rules.early_linen import _common
+from flaxlegacy.upgrade.rules.early_linen import attention
+from flaxlegacy.upgrade.rules.early_linen import carries
+from flaxlegacy.upgrade.rules.early_linen import early_stopping
+from flaxlegacy.upgrade.rules.early_linen import frozendict
+from flaxlegacy.upgrade.rules.early_linen import initializers
+from flaxlegacy.upgrade.rules.early_linen import keys
+from flaxlegacy.upgrade.rules.early_linen import param_override
+
+# Rules that add lines (statements, TODO comments) last, so that the
+# report's line numbers are those of the file as written.
+RULES = (initializers, frozendict, param_override, attention, carries,
+         early_stopping, keys)
+
+
+# Substrings without which a file has nothing for these rules (api.py).
+MARKERS = ('initialize_carry', 'LSTMCell', 'GRUCell', 'ConvLSTM', '_init',
+           'unfreeze', '.pop(', '.copy(', 'pretty_repr', 'def param(',
+           'MultiHeadDotProductAttention', 'early_stopping', '.init(')
+# What a file must import for the rules to look at it: today's flax API
+# (a file with only the legacy flax.nn / flax.optim is the legacy rules').
+_FLAX_TODAY = ('flax.linen', 'flax.core', 'flax.training', 'flax.struct',
+               'flax.serialization', 'flax.jax_utils')
+
+
+def run(file_facts, report, module):
+  """The module with early-linen code rewritten (the same object if none).
+
+  Runs on the file as written, before the legacy rules, and only on files
+  that import today's flax API (``_FLAX_TODAY``, or ``import flax``).
+  """
+  names = _common.LinenNames(file_facts.imports)
+  if not (any(names.imports_module(m) for m in _FLAX_TODAY) or
+          file_facts.imports.get('flax') == 'flax'):
+    return module
+  code = module.code
+  needed = set()
+  rewrote = len(report.rewritten)
+  for rule in RULES:
+    if rule is keys and len(report.rewritten) == rewrote:
+      break  # no flax 0.3 pattern here: nothing says it is early linen
+    if not rule.relevant(code, names):
+      continue
+    new = _common.apply(rule.Rule(names, report, needed), module)
+    if new is not module:
+      module, code = new, new.code
+  if needed:
+    module = _common.add_imports(module, needed)
+  return module

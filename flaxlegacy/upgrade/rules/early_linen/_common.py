@@ -1,0 +1,189 @@
+"""What the early-linen rules share: linen names of a file, reporting, TODOs."""
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from flaxlegacy.upgrade import facts as facts_lib
+
+TODO_PREFIX = '# TODO(flaxlegacy upgrade): '
+_LINEN_MODULES = ('flax.linen', 'flax.linen.recurrent', 'flax.linen.attention',
+                  'flax.linen.linear', 'flax.linen.module')
+TRANSFORMS = ('scan', 'vmap', 'jit', 'remat', 'checkpoint', 'map_variables',
+              'named_call')
+
+
+class LinenNames:
+  """Resolves a file's names through its imports (``FileFacts.imports``)."""
+
+  def __init__(self, imports):
+    self.imports = dict(imports)
+
+  def uses_flax(self):
+    return any(v == 'flax' or v.startswith('flax.')
+               for v in self.imports.values())
+
+  def qualify(self, node):
+    name = facts_lib.dotted(node) if isinstance(
+        node, (cst.Name, cst.Attribute)) else None
+    if not name:
+      return None
+    head, _, rest = name.partition('.')
+    full = self.imports.get(head)
+    if full is None:
+      return None
+    return full + ('.' + rest if rest else '')
+
+  def linen(self, node):
+    """'LSTMCell' for ``nn.LSTMCell`` / ``LSTMCell`` of flax.linen, else None."""
+    q = self.qualify(node)
+    if not q:
+      return None
+    for module in _LINEN_MODULES:
+      if q.startswith(module + '.') and '.' not in q[len(module) + 1:]:
+        return q[len(module) + 1:]
+    return None
+
+  def linen_transform(self, node):
+    q = self.qualify(node)
+    if not q:
+      return False
+    for module in ('flax.linen', 'flax.linen.transforms'):
+      if q in (f'{module}.{t}' for t in TRANSFORMS):
+        return True
+    return False
+
+  def imports_module(self, prefix):
+    return any(v == prefix or v.startswith(prefix + '.')
+               for v in self.imports.values())
+
+  def spell(self, qualified, needed):
+    """``qualified`` as this file can write it; records a needed import."""
+    best = None
+    for local, full in self.imports.items():
+      if qualified == full or qualified.startswith(full + '.'):
+        if best is None or len(full) > len(best[1]):
+          best = (local, full)
+    if best is not None:
+      return best[0] + qualified[len(best[1]):]
+    needed.add(qualified.split('.')[0])
+    return qualified
+
+
+class Rule(cst.CSTTransformer):
+  """A rule's transformer: ``rewrote`` and ``todo`` report with line numbers."""
+
+  METADATA_DEPENDENCIES = (PositionProvider,)
+  NAME = ''
+
+  def __init__(self, names, report, needed):
+    super().__init__()
+    self.names = names
+    self.report = report
+    self.needed = needed
+    self.changed = False
+    self._todos = []  # one list per open statement
+
+  def line(self, node):
+    pos = self.get_metadata(PositionProvider, node, None)
+    return pos.start.line if pos is not None else None
+
+  def rewrote(self, node, what, shipped=None):
+    self.changed = True
+    entry = {'rule': self.NAME, 'line': self.line(node), 'what': what}
+    if shipped:
+      entry['shipped'] = shipped
+    self.report.rewritten.append(entry)
+
+  def todo(self, node, why):
+    self.report.left.append({'line': self.line(node), 'why': why})
+    if self._todos and why not in self._todos[-1]:
+      self._todos[-1].append(why)
+      self.changed = True
+
+  def on_visit(self, node):
+    if isinstance(node, cst.BaseStatement):
+      self._todos.append([])
+      if has_todo(node):
+        # The upgrade was unsure here (legacy flax.nn code it left, a form
+        # these rules did not recognise): not early linen to rewrite.
+        return False
+    return super().on_visit(node)
+
+  def on_leave(self, original_node, updated_node):
+    updated = super().on_leave(original_node, updated_node)
+    if not isinstance(original_node, cst.BaseStatement):
+      return updated
+    todos = self._todos.pop()
+    if not todos:
+      return updated
+    if isinstance(updated, cst.FlattenSentinel) and updated.nodes:
+      nodes = list(updated.nodes)
+      nodes[0] = add_todos(nodes[0], todos)
+      return cst.FlattenSentinel(nodes)
+    if isinstance(updated, cst.BaseStatement):
+      return add_todos(updated, todos)
+    if self._todos:
+      self._todos[-1].extend(t for t in todos if t not in self._todos[-1])
+    return updated
+
+
+def has_todo(stmt):
+  return any(l.comment is not None and l.comment.value.startswith(TODO_PREFIX)
+             for l in getattr(stmt, 'leading_lines', ()))
+
+
+def add_todos(stmt, todos):
+  lines = list(stmt.leading_lines)
+  existing = {l.comment.value for l in lines if l.comment is not None}
+  for why in todos:
+    text = TODO_PREFIX + why
+    if text not in existing:
+      lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(text)))
+  return stmt.with_changes(leading_lines=lines)
+
+
+def apply(rule, module):
+  new = MetadataWrapper(module, unsafe_skip_copy=True).visit(rule)
+  return new if rule.changed else module
+
+
+def e(src):
+  return cst.parse_expression(src)
+
+
+def positional(call):
+  """The positional arguments of a call, or None (``*args`` present)."""
+  args = [a for a in call.args if a.keyword is None]
+  if any(a.star for a in call.args):
+    return None
+  return args
+
+
+def bind(call, names):
+  """{name: Arg} for ``call``'s arguments against ``names``, or None."""
+  out = {}
+  for i, a in enumerate(call.args):
+    if a.star:
+      return None
+    key = a.keyword.value if a.keyword is not None else (
+        names[i] if i < len(names) else None)
+    if key is None or key not in names or key in out:
+      return None
+    out[key] = a
+  return out
+
+
+def clean_args(args):
+  """Arguments with commas only between them (libcst keeps trailing ones)."""
+  out = []
+  for i, a in enumerate(args):
+    comma = cst.MaybeSentinel.DEFAULT if i == len(args) - 1 else (
+        a.comma if isinstance(a.comma, cst.Comma) else cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(' ')))
+    out.append(a.with_changes(comma=comma))
+  return out
+
+
+def add_imports(module, needed):
+  from flaxlegacy.upgrade import transform  # pylint: disable=g-import-not-at-top
+  return transform.add_imports(module, needed)

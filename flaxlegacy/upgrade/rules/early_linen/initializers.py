@@ -1,0 +1,148 @@
+"""Rule: initializers written for flax 0.3 linen get today's dtype argument.
+
+Today's linen layers call ``kernel_init(key, shape, param_dtype)``; flax
+0.3's called ``kernel_init(key, shape)``.  For an initializer passed to a
+linen layer (``nn.Dense(4, kernel_init=cplx_init)``, any ``*_init=``):
+
+* defined in the file with exactly two parameters (``def cplx_init(rng,
+  shape)``): the definition gets a third, ``dtype=None``, which it ignores
+  (flax 0.3 passed none, so its result and dtype are unchanged);
+* a ``functools.partial(..., dtype=...)`` (inline or bound to a name in the
+  file): wrapped in ``upgraded_layers.legacy_initializer(...)``, which calls
+  it as ``init(key, shape)`` (the layer's ``param_dtype`` would be a second
+  dtype; dropping the partial's ``dtype=`` and passing ``param_dtype``
+  instead would change the layer's other parameters too).
+
+An initializer imported from elsewhere is left as it is (its signature is
+not visible here); the run-time restoration serves it in legacy processes.
+"""
+
+import libcst as cst
+
+from flaxlegacy.upgrade.rules.early_linen import _common
+
+SHIPPED = 'flaxlegacy.migrate.upgraded_layers.legacy_initializer'
+
+
+def relevant(code, names):  # pylint: disable=unused-argument
+  return '_init' in code
+
+
+def _two_parameters(fn):
+  p = fn.params
+  return (len(p.params) == 2 and not p.posonly_params and not p.kwonly_params
+          and isinstance(p.star_arg, cst.MaybeSentinel) and p.star_kwarg is None
+          and all(x.default is None for x in p.params))
+
+
+def _uses_name(fn, name):
+  found = []
+
+  class V(cst.CSTVisitor):
+
+    def visit_Name(self, node):
+      if node.value == name:
+        found.append(node)
+
+  fn.body.visit(V())
+  return bool(found)
+
+
+class Rule(_common.Rule):
+  NAME = 'early_linen_initializers'
+
+  def __init__(self, names, report, needed):
+    super().__init__(names, report, needed)
+    self.defs = {}  # name -> FunctionDef with two parameters
+    self.partials = set()  # names bound to partial(..., dtype=...)
+    self.used = set()  # two-parameter defs passed as initializers
+
+  def _partial_with_dtype(self, node):
+    if not isinstance(node, cst.Call):
+      return False
+    q = self.names.qualify(node.func) or _common.facts_lib.dotted(node.func)
+    return (q in ('functools.partial', 'partial') and
+            any(a.keyword is not None and a.keyword.value == 'dtype'
+                for a in node.args))
+
+  def visit_Module(self, node):
+    # first the facts: definitions, partials, and which defs are used
+    rule = self
+
+    class Facts(cst.CSTVisitor):
+
+      def visit_FunctionDef(self, fn):
+        if _two_parameters(fn):
+          rule.defs.setdefault(fn.name.value, fn)
+
+      def visit_Assign(self, a):
+        if rule._partial_with_dtype(a.value):  # pylint: disable=protected-access
+          for t in a.targets:
+            if isinstance(t.target, cst.Name):
+              rule.partials.add(t.target.value)
+
+    node.visit(Facts())
+    for call in _layer_calls(node, self.names):
+      for a in call.args:
+        if (a.keyword is not None and a.keyword.value.endswith('_init') and
+            isinstance(a.value, cst.Name) and a.value.value in self.defs):
+          self.used.add(a.value.value)
+    return True
+
+  def leave_FunctionDef(self, original_node, updated_node):
+    name = original_node.name.value
+    if name not in self.used or self.defs.get(name) is not original_node:
+      return updated_node
+    param = 'dtype' if not _uses_name(original_node, 'dtype') else (
+        'unused_param_dtype')
+    params = list(updated_node.params.params)
+    params[-1] = params[-1].with_changes(comma=cst.Comma(
+        whitespace_after=cst.SimpleWhitespace(' ')))
+    params.append(cst.Param(name=cst.Name(param), default=cst.Name('None'),
+                            equal=cst.AssignEqual(
+                                whitespace_before=cst.SimpleWhitespace(''),
+                                whitespace_after=cst.SimpleWhitespace(''))))
+    self.rewrote(original_node, f'initializer {name}(rng, shape) -> '
+                 f'{name}(rng, shape, {param}=None): today\'s layers pass '
+                 'param_dtype')
+    return updated_node.with_changes(
+        params=updated_node.params.with_changes(params=params))
+
+  def leave_Call(self, original_node, updated_node):
+    layer = self.names.linen(original_node.func)
+    if layer is None or not layer[:1].isupper():
+      return updated_node
+    args = []
+    changed = False
+    for orig, new in zip(original_node.args, updated_node.args):
+      value = orig.value
+      if (orig.keyword is not None and orig.keyword.value.endswith('_init')
+          and (self._partial_with_dtype(value) or (
+              isinstance(value, cst.Name) and value.value in self.partials))):
+        wrapper = self.names.spell('flaxlegacy.migrate.upgraded_layers', set())
+        if wrapper == 'flaxlegacy.migrate.upgraded_layers':
+          self.needed.add('flaxlegacy.migrate.upgraded_layers')
+          wrapper = 'upgraded_layers'
+        new = new.with_changes(value=cst.Call(
+            func=_common.e(f'{wrapper}.legacy_initializer'),
+            args=[cst.Arg(value=new.value)]))
+        self.rewrote(orig, f'{layer}({orig.keyword.value}=partial(..., '
+                     'dtype=...)) -> upgraded_layers.legacy_initializer',
+                     shipped=SHIPPED)
+        changed = True
+      args.append(new)
+    return updated_node.with_changes(args=args) if changed else updated_node
+
+
+def _layer_calls(module, names):
+  calls = []
+
+  class V(cst.CSTVisitor):
+
+    def visit_Call(self, node):
+      layer = names.linen(node.func)
+      if layer is not None and layer[:1].isupper():
+        calls.append(node)
+
+  module.visit(V())
+  return calls
