@@ -331,7 +331,8 @@ def scan_source(source, path='<string>'):
         f'legacy behaviour restored in legacy mode ({b.env}=modern turns '
         'it off)'))
   from flaxlegacy.migrate import check_linen  # pylint: disable=g-import-not-at-top
-  findings.extend(check_linen.findings(tree, path, Finding, SUPPORTED))
+  findings.extend(check_linen.findings(tree, scanner.bindings, path, Finding,
+                                       SUPPORTED))
   findings.sort(key=lambda f: (f.line, f.col))
   return findings
 

@@ -16,6 +16,7 @@ Only direct, visible forms are found (a layer class named through
 import ast
 
 from flaxlegacy import _names
+from flaxlegacy.migrate.check import _dotted  # pylint: disable=g-importing-member
 
 # Cells of flax 0.3 whose hidden size came from the carry.
 FEATURELESS_CELLS = ('LSTMCell', 'GRUCell', 'OptimizedLSTMCell')
@@ -63,22 +64,11 @@ PATTERNS = {
 _POLICY_CHANGED = {'frozendict': 'flax 0.7.1'}
 
 
-def _dotted(node):
-  parts = []
-  while isinstance(node, ast.Attribute):
-    parts.append(node.attr)
-    node = node.value
-  if isinstance(node, ast.Name):
-    parts.append(node.id)
-    return '.'.join(reversed(parts))
-  return None
-
-
 class _Scanner(ast.NodeVisitor):
   """Collects (line, col, pattern, detail) of early-linen patterns."""
 
-  def __init__(self):
-    self.bindings = {}  # local name -> qualified name (imports)
+  def __init__(self, bindings):
+    self.bindings = bindings  # local name -> qualified name (check's scan)
     self.defs = {}  # module-level / nested function name -> FunctionDef
     self.partials_with_dtype = set()  # names bound to partial(..., dtype=)
     self.found = []
@@ -110,22 +100,13 @@ class _Scanner(ast.NodeVisitor):
 
   def visit_Import(self, node):  # pylint: disable=invalid-name
     for alias in node.names:
-      if alias.asname:
-        self.bindings[alias.asname] = alias.name
-      else:
-        top = alias.name.split('.')[0]
-        self.bindings[top] = top
       self._note_import(node, alias.name)
 
   def visit_ImportFrom(self, node):  # pylint: disable=invalid-name
     if node.level or not node.module:
       return
     for alias in node.names:
-      if alias.name != '*':
-        full = node.module + '.' + alias.name
-        self.bindings[alias.asname or alias.name] = full
-        self._note_import(node, full)
-    self._note_import(node, node.module)
+      self._note_import(node, node.module + '.' + alias.name)
 
   def _note_import(self, node, full):
     if (full == 'flax.linen' or full.startswith('flax.linen.')) and (
@@ -249,9 +230,10 @@ class _Scanner(ast.NodeVisitor):
     self.generic_visit(node)
 
 
-def scan_tree(tree):
-  """[(line, col, pattern, detail)] of one parsed file."""
-  scanner = _Scanner()
+def scan_tree(tree, bindings):
+  """[(line, col, pattern, detail)] of one parsed file, whose imports bind
+  ``bindings`` (local name -> qualified name, from check's scan)."""
+  scanner = _Scanner(bindings)
   scanner.visit(tree)
   found = list(scanner.found)
   if scanner.linen_import is not None:
@@ -261,12 +243,12 @@ def scan_tree(tree):
   return found
 
 
-def findings(tree, path, finding_cls, supported):
+def findings(tree, bindings, path, finding_cls, supported):
   """The early-linen findings of one file, as ``check.Finding`` objects."""
   rows = {r.name: r for r in _names.BEHAVIOURS + _names.POLICIES}
   out = []
   seen = set()
-  for line, col, pattern, detail in sorted(scan_tree(tree)):
+  for line, col, pattern, detail in sorted(scan_tree(tree, bindings)):
     if (line, pattern) in seen:
       continue
     seen.add((line, pattern))

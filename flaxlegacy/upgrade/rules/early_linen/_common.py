@@ -1,11 +1,14 @@
 """What the early-linen rules share: linen names of a file, reporting, TODOs."""
 
+import types
+
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import transform
 
-TODO_PREFIX = '# TODO(flaxlegacy upgrade): '
+TODO_PREFIX = transform.TODO_PREFIX
 _LINEN_MODULES = ('flax.linen', 'flax.linen.recurrent', 'flax.linen.attention',
                   'flax.linen.linear', 'flax.linen.module')
 TRANSFORMS = ('scan', 'vmap', 'jit', 'remat', 'checkpoint', 'map_variables',
@@ -69,8 +72,9 @@ class LinenNames:
     return qualified
 
 
-class Rule(cst.CSTTransformer):
-  """A rule's transformer: ``rewrote`` and ``todo`` report with line numbers."""
+class Rule(transform.TodoComments, cst.CSTTransformer):
+  """A rule's transformer: ``rewrote`` and ``todo`` report with line numbers
+  (of the module it is given), TODOs as the other rules write them."""
 
   METADATA_DEPENDENCIES = (PositionProvider,)
   NAME = ''
@@ -78,14 +82,20 @@ class Rule(cst.CSTTransformer):
   def __init__(self, names, report, needed):
     super().__init__()
     self.names = names
-    self.report = report
     self.needed = needed
     self.changed = False
-    self._todos = []  # one list per open statement
+    self.ctx = types.SimpleNamespace(report=report)
+    self._todos = []  # one list per open statement (TodoComments)
+
+  @property
+  def report(self):
+    return self.ctx.report
 
   def line(self, node):
     pos = self.get_metadata(PositionProvider, node, None)
     return pos.start.line if pos is not None else None
+
+  _line_of = line  # (TodoComments)
 
   def rewrote(self, node, what, shipped=None):
     self.changed = True
@@ -95,51 +105,21 @@ class Rule(cst.CSTTransformer):
     self.report.rewritten.append(entry)
 
   def todo(self, node, why):
-    self.report.left.append({'line': self.line(node), 'why': why})
-    if self._todos and why not in self._todos[-1]:
-      self._todos[-1].append(why)
-      self.changed = True
+    self.changed = True
+    super().todo(node, why)
 
   def on_visit(self, node):
-    if isinstance(node, cst.BaseStatement):
-      self._todos.append([])
-      if has_todo(node):
-        # The upgrade was unsure here (legacy flax.nn code it left, a form
-        # these rules did not recognise): not early linen to rewrite.
-        return False
-    return super().on_visit(node)
-
-  def on_leave(self, original_node, updated_node):
-    updated = super().on_leave(original_node, updated_node)
-    if not isinstance(original_node, cst.BaseStatement):
-      return updated
-    todos = self._todos.pop()
-    if not todos:
-      return updated
-    if isinstance(updated, cst.FlattenSentinel) and updated.nodes:
-      nodes = list(updated.nodes)
-      nodes[0] = add_todos(nodes[0], todos)
-      return cst.FlattenSentinel(nodes)
-    if isinstance(updated, cst.BaseStatement):
-      return add_todos(updated, todos)
-    if self._todos:
-      self._todos[-1].extend(t for t in todos if t not in self._todos[-1])
-    return updated
+    visit = super().on_visit(node)
+    if isinstance(node, cst.BaseStatement) and has_todo(node):
+      # The upgrade was unsure here (legacy flax.nn code it left, a form
+      # these rules did not recognise): not early linen to rewrite.
+      return False
+    return visit
 
 
 def has_todo(stmt):
   return any(l.comment is not None and l.comment.value.startswith(TODO_PREFIX)
              for l in getattr(stmt, 'leading_lines', ()))
-
-
-def add_todos(stmt, todos):
-  lines = list(stmt.leading_lines)
-  existing = {l.comment.value for l in lines if l.comment is not None}
-  for why in todos:
-    text = TODO_PREFIX + why
-    if text not in existing:
-      lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(text)))
-  return stmt.with_changes(leading_lines=lines)
 
 
 def apply(rule, module):
@@ -185,5 +165,4 @@ def clean_args(args):
 
 
 def add_imports(module, needed):
-  from flaxlegacy.upgrade import transform  # pylint: disable=g-import-not-at-top
   return transform.add_imports(module, needed)
