@@ -12,6 +12,7 @@ flax036.json).
 
 import json
 import os
+import textwrap
 
 import numpy as np
 import pytest
@@ -433,3 +434,16 @@ def test_check_names_each_early_linen_pattern_and_whether_served():
   assert notes['early linen: cell without features [LSTMCell()]'] == (
       'flax 0.3 behaviour served in legacy processes (carries; '
       'FLAXLEGACY_CARRIES=modern turns it off)')
+
+
+def test_check_reports_nothing_for_todays_linen():
+  from flaxlegacy.migrate import check  # pylint: disable=g-import-not-at-top
+  source = textwrap.dedent('''\
+      import jax
+      from flax import linen as nn
+      cell = nn.LSTMCell(features=3)
+      carry = cell.initialize_carry(jax.random.PRNGKey(0), (2, 3))
+      variables = nn.Dense(3).init(jax.random.PRNGKey(0), jax.numpy.ones(2))
+      params = variables['params']
+  ''')
+  assert check.scan_source(source, 'train.py') == []

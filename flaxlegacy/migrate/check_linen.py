@@ -53,6 +53,7 @@ PATTERNS = {
         'state.has_improved'),
     'numpy.arange(one-element array)': (
         'scalars', 'np.arange(int(x[0])) or x.item()'),
+    # (in files with another flax 0.3 pattern or a legacy import)
     'linen parameter keys': (
         'linen_keys', 'the same seed gives other initial numbers on flax '
         '>= 0.4; code written for flax >= 0.4 sets '
@@ -236,7 +237,11 @@ def scan_tree(tree, bindings):
   scanner = _Scanner(bindings)
   scanner.visit(tree)
   found = list(scanner.found)
-  if scanner.linen_import is not None:
+  # Parameter keys: only where the file is early linen for sure (a flax 0.3
+  # pattern above) or runs in a legacy process (it imports the legacy API);
+  # today's linen code alone says nothing about flax 0.3.
+  legacy = any(_names.legacy_root(q) for q in bindings.values())
+  if scanner.linen_import is not None and (found or legacy):
     found.append((scanner.linen_import.lineno,
                   scanner.linen_import.col_offset + 1,
                   'linen parameter keys', ''))
