@@ -89,6 +89,10 @@ def cell_without_features():
   return params['hi']['kernel'].shape, carry2[0].shape
 
 @case
+def featureless_cell_today_carry():
+  return nn.LSTMCell().initialize_carry(key, (2, 3))
+
+@case
 def frozen_variables():
   variables = nn.Dense(3).init(key, x)
   plain = variables.unfreeze()
@@ -221,6 +225,18 @@ def test_cell_without_features(runs):
   # (the carry above already fails today)
   assert _today(runs, 'cell_without_features') == (
       "TypeError: 'int' object is not subscriptable")
+
+
+def test_featureless_cell_and_todays_initialize_carry(runs):
+  # the one thing a cell without features cannot do: a clear error
+  assert runs['legacy']['featureless_cell_today_carry'] == (
+      'TypeError: LSTMCell.initialize_carry(rng, input_shape) needs '
+      'features: this cell was built without it (flax 0.3 style, hidden size '
+      'from the carry). Pass features=..., or call flax 0.3\'s '
+      'LSTMCell.initialize_carry(rng, batch_dims, size) on the class.')
+  assert _today(runs, 'featureless_cell_today_carry') == (
+      "TypeError: LSTMCell.__init__() missing 1 required positional "
+      "argument: 'features'")
 
 
 def test_init_returns_a_frozen_dict(runs):
