@@ -26,8 +26,12 @@ own methods, which are not touched).
 * ``arguments``: ``jnp.clip(x, a_min=..., a_max=...)`` and
   ``x.clip(a_min=...)`` (keywords renamed to ``min`` / ``max``) and ``lax.dynamic_slice`` with slice sizes given as an
   array built from constants inside a traced function (a constant in
-  legacy JAX, a tracer today) are accepted; the wrappers call today's
-  function unchanged unless it would raise on exactly these arguments.
+  legacy JAX, a tracer today) are accepted; so are ``jax.remat`` /
+  ``jax.checkpoint`` with ``concrete=False`` (the old default; jax 0.10
+  refuses the argument) and ``jnp.array(-1, dtype=jnp.uint32)`` (an
+  out-of-range integer wraps around as NumPy 1.x cast it; NumPy 2 raises
+  ``OverflowError``).  The wrappers call today's function unchanged unless
+  it would raise on exactly these arguments.
 
 The early-linen behaviours (``linen_keys``, ``initializers``,
 ``param_override``, ``carries``, ``attention``, ``early_stopping``) live in
@@ -282,12 +286,71 @@ def _legacy_dynamic_slice(modern):
   return dynamic_slice
 
 
+def _legacy_checkpoint(modern):
+
+  @functools.wraps(modern)
+  def checkpoint(*args, **kwargs):
+    # ``concrete=False`` was the default; jax 0.10 refuses the argument.
+    # ``concrete=True`` (Python control flow on values) stays refused.
+    if kwargs.get('concrete', True) is False:
+      del kwargs['concrete']
+    return modern(*args, **kwargs)
+
+  checkpoint._flaxlegacy_modern = modern  # pylint: disable=protected-access
+  return checkpoint
+
+
+def _wrapped_integers(value, dtype):
+  """``value`` cast to integer ``dtype`` as NumPy 1.x did, or None."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  try:
+    dtype = np.dtype(dtype)
+    if not np.issubdtype(dtype, np.integer):
+      return None
+    values = np.asarray(value)
+    if values.dtype == object or not np.issubdtype(values.dtype, np.integer):
+      return None
+    return values.astype(dtype)
+  except (TypeError, ValueError, OverflowError):
+    return None
+
+
+def _legacy_array(modern):
+
+  @functools.wraps(modern)
+  def array(*args, **kwargs):
+    try:
+      return modern(*args, **kwargs)
+    except OverflowError:
+      # ``jnp.array(-1, dtype=jnp.uint32)``: NumPy 1.x (which legacy JAX
+      # converted Python values with) wrapped an out-of-range integer
+      # around, C-style (4294967295); NumPy 2 raises.
+      dtype = args[1] if len(args) > 1 else kwargs.get('dtype')
+      key = None if args else next(
+          (k for k in ('object', 'a') if k in kwargs), None)
+      value = args[0] if args else kwargs.get(key)
+      wrapped = None if dtype is None else _wrapped_integers(value, dtype)
+      if wrapped is None:
+        raise
+    if args:
+      return modern(wrapped, *args[1:], **kwargs)
+    return modern(**dict(kwargs, **{key: wrapped}))
+
+  array._flaxlegacy_modern = modern  # pylint: disable=protected-access
+  return array
+
+
 def _restore_arguments():
+  import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from jax import lax  # pylint: disable=g-import-not-at-top
   from jax._src import core  # pylint: disable=g-import-not-at-top
   jnp.clip = _legacy_clip(jnp.clip)
   lax.dynamic_slice = _legacy_dynamic_slice(lax.dynamic_slice)
+  jax.checkpoint = _legacy_checkpoint(jax.checkpoint)
+  jax.remat = _legacy_checkpoint(jax.remat)
+  jnp.array = _legacy_array(jnp.array)
+  jnp.asarray = _legacy_array(jnp.asarray)
   # The method too (``x.clip(a_min=0.)``): on concrete arrays, and on the
   # abstract value that tracers forward their methods to.
   cls = _array_impl()

@@ -97,7 +97,10 @@ def _module_entries():
                   'jax<0.8.0', 'jax 0.8.0',
                   'jax.devices() / jax.device_count() / jax.default_backend() '
                   '/ jax.extend.backend.get_backend'),
-        ModuleEntry('jax.lib.xla_client', 'flaxlegacy.compat.xla_client',
+        ModuleEntry('jax.interpreters.sharded_jit',
+                  'flaxlegacy.compat.sharded_jit', 'jax<0.3.16', 'jax 0.3.16',
+                  'jax.sharding.PartitionSpec; jax.jit with shardings'),
+      ModuleEntry('jax.lib.xla_client', 'flaxlegacy.compat.xla_client',
                   'jax<0.9.0', 'jax 0.9.0',
                   'jaxlib.xla_client (Device, Client, Shape, ...); '
                   'jax.Device for type annotations'),
@@ -171,6 +174,9 @@ JAX_ALIASES = (
           False),
     Alias('jax.interpreters.xla', 'DeviceArray', 'jax:Array', 'jax 0.4.11',
           'jax.Array', False),
+    Alias('jax.experimental.pjit', 'with_sharding_constraint',
+          'jax.lax:with_sharding_constraint', 'jax 0.4.24',
+          'jax.lax.with_sharding_constraint', True),
     Alias('jax.config', 'enable_omnistaging', '@noop', 'jax 0.2.12',
           'drop it (omnistaging is always on)', True),
     Alias('jax.config', 'omnistaging_enabled', '@true', 'jax 0.2.12',
@@ -188,6 +194,8 @@ _C = 'flaxlegacy.compat.'
 JAX_REMOVED_API = (
     Alias('jax.lib', 'xla_bridge', _C + 'xla_bridge:', 'jax 0.8.0',
           'jax.devices() / jax.device_count() / jax.default_backend()', True),
+    Alias('jax.interpreters', 'sharded_jit', _C + 'sharded_jit:',
+          'jax 0.3.16', 'jax.sharding.PartitionSpec', True),
     Alias('jax.lib', 'xla_client', _C + 'xla_client:', 'jax 0.9.0',
           'jaxlib.xla_client (jax.Device for type annotations)', True),
     Alias('jax', 'device_put_sharded', _C + 'jax_api:device_put_sharded',
@@ -460,9 +468,12 @@ BEHAVIOURS = (
               'keys) as legacy DeviceArrays did; rows of n-D arrays stay '
               'jax.Arrays'),
     Behaviour('arguments', 'FLAXLEGACY_ARGUMENTS',
-              'jax 0.4.27 (clip keywords) / jax 0.2.0 omnistaging',
+              'jax 0.4.27 (clip keywords) / jax 0.2.0 omnistaging / '
+              'jax 0.10.0 (remat concrete) / NumPy 2 (integer overflow)',
               'jnp.clip(a_min=, a_max=) keywords; lax.dynamic_slice slice '
-              'sizes given as an array of constants inside jit'),
+              'sizes given as an array of constants inside jit; '
+              'jax.remat / jax.checkpoint(concrete=False); '
+              'jnp.array(-1, dtype=jnp.uint32) wraps around'),
     # Early linen (flax 0.3.x), flaxlegacy/compat/early_linen.py.
     Behaviour('linen_keys', 'FLAXLEGACY_LINEN_KEYS', 'flax 0.4.0',
               'linen parameter and RNG keys derived as flax 0.3.x did (each '

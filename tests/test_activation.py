@@ -197,7 +197,7 @@ print(json.dumps({'changed': changed, 'added': added}))
 
 def test_activation_overrides_nothing_that_exists():
   # FLAXLEGACY=off: the start-up hook stays out, so `before` is pristine.
-  # The `arguments` behaviour wraps two functions and `scalars` one
+  # The `arguments` behaviour wraps six functions and `scalars` one
   # (tests/test_behaviour.py, tests/test_early_linen.py: the wrappers call
   # them unchanged unless they would raise); without them nothing that
   # exists is replaced.
@@ -207,8 +207,12 @@ def test_activation_overrides_nothing_that_exists():
   assert json.loads(proc.stdout.splitlines()[-1])['changed'] == []
   proc = run_python(ENUMERATE, env={'FLAXLEGACY': 'off'})
   result = json.loads(proc.stdout.splitlines()[-1])
-  assert sorted(result['changed']) == ['jax.lax.dynamic_slice wraps it',
+  assert sorted(result['changed']) == ['jax.checkpoint wraps it',
+                                       'jax.lax.dynamic_slice wraps it',
+                                       'jax.numpy.array wraps it',
+                                       'jax.numpy.asarray wraps it',
                                        'jax.numpy.clip wraps it',
+                                       'jax.remat wraps it',
                                        'numpy.arange wraps it']
   # And the aliases legacy code needs were added.
   for name in ('jax.tree_multimap', 'jax.tree_map', 'jax.tree_leaves',

@@ -156,6 +156,33 @@ def arange_of_one_element_array():
           np.arange(0, np.array([[5.]]), 2).tolist())
 
 @case
+def remat_concrete_false():
+  # flaxformer: functools.partial(jax.remat, concrete=concrete, ...)
+  remat = functools.partial(jax.remat, concrete=False, prevent_cse=True)
+  return float(remat(lambda v: v * 2)(3.)), float(
+      jax.checkpoint(jnp.sin, concrete=False)(0.))
+
+@case
+def uint32_minus_one():
+  # flaxformer's decode cache index starts at -1 and wraps to 0
+  index = jnp.array(-1, dtype=jnp.uint32)
+  return int(index), int(index + 1), jnp.asarray([-1, 300], jnp.uint8).tolist()
+
+@case
+def sharding_names():
+  from jax.interpreters import sharded_jit
+  from jax.experimental.pjit import with_sharding_constraint
+  return (sharded_jit.PartitionSpec('data', None, 'model') ==
+          jax.sharding.PartitionSpec('data', None, 'model'),
+          with_sharding_constraint is jax.lax.with_sharding_constraint)
+
+@case
+def xla_client_padding_type():
+  xc = jax.lib.xla_client  # scenic's masked layers
+  mapping = {'VALID': xc.PaddingType.VALID, 'SAME': xc.PaddingType.SAME}
+  return mapping['SAME'] == xc.PaddingType.SAME, xc.PaddingType.VALID.value
+
+@case
 def conv_lstm_name():
   carry = nn.ConvLSTM.initialize_carry(key, (1,), (3, 3, 2))
   inputs = jnp.ones((1, 3, 3, 2))
@@ -169,7 +196,8 @@ def conv_lstm_name():
 EARLY_LINEN_ENVS = ('FLAXLEGACY_LINEN_KEYS', 'FLAXLEGACY_INITIALIZERS',
                     'FLAXLEGACY_PARAM_OVERRIDE', 'FLAXLEGACY_CARRIES',
                     'FLAXLEGACY_ATTENTION', 'FLAXLEGACY_EARLY_STOPPING',
-                    'FLAXLEGACY_FROZENDICT', 'FLAXLEGACY_SCALARS')
+                    'FLAXLEGACY_FROZENDICT', 'FLAXLEGACY_SCALARS',
+                    'FLAXLEGACY_ARGUMENTS')
 # Mixed 2021 code: flax.nn for initializers / activations beside linen.
 LEGACY_IMPORT = 'from flax import nn as legacy_nn'
 
@@ -281,6 +309,31 @@ def test_arange_of_a_one_element_array(runs):
       'scalars')
 
 
+def test_remat_with_concrete_false(runs):
+  assert runs['legacy']['remat_concrete_false'] == '(6.0, 0.0)'
+  assert _today(runs, 'remat_concrete_false').startswith(
+      'NotImplementedError: The `concrete` option to `jax.checkpoint` was '
+      'deprecated in JAX v0.8.2, and removed in JAX v0.10')
+
+
+def test_out_of_range_integer_wraps_as_numpy_1_did(runs):
+  assert runs['legacy']['uint32_minus_one'] == '(4294967295, 0, [255, 44])'
+  assert _today(runs, 'uint32_minus_one') == (
+      'OverflowError: Python integer -1 out of bounds for uint32')
+
+
+def test_removed_sharding_names(runs):
+  # removed names: served on first access / import even without activation
+  for run in ('legacy', 'opted out', 'modern'):
+    assert runs[run]['sharding_names'] == '(True, True)'
+
+
+def test_xla_client_padding_type(runs):
+  # (the served module, imported by the case above, is the attribute too)
+  for run in ('legacy', 'opted out', 'modern'):
+    assert runs[run]['xla_client_padding_type'] == '(True, 1)'
+
+
 def test_conv_lstm_keeps_its_flax_0_3_name(runs):
   assert runs['legacy']['conv_lstm_name'] == "['ConvLSTM_0']"
   assert runs['modern']['conv_lstm_name'] == (
@@ -355,10 +408,12 @@ def test_modern_process_gets_todays_linen():
       from flax import linen as nn, config
       from flax.core import scope
       from flax.training import early_stopping
+      import jax, jax.numpy as jnp
       patched = [scope.LazyRng.create, scope.Scope.param,
                  nn.Module._call_wrapped_method,
                  nn.MultiHeadDotProductAttention.__call__, np.arange,
-                 nn.LSTMCell.__init__]
+                 nn.LSTMCell.__init__, jax.remat, jax.checkpoint, jnp.array,
+                 jnp.asarray]
       print([hasattr(f, '_flaxlegacy_modern') for f in patched],
             type(nn.LSTMCell.__dict__['initialize_carry']).__name__,
             hasattr(early_stopping.EarlyStopping, '__iter__'),
@@ -366,8 +421,8 @@ def test_modern_process_gets_todays_linen():
             'flaxlegacy._activate' in sys.modules)
   ''')
   assert proc.stdout.split('\n')[0] == (
-      '[False, False, False, False, False, False] function False False '
-      'False False')
+      '[False, False, False, False, False, False, False, False, False, '
+      'False] function False False False False')
 
 
 # --- flaxlegacy check ------------------------------------------------------------
@@ -415,6 +470,9 @@ params = params.unfreeze()
 stop = early_stopping.EarlyStopping()
 improved, stop = stop.update(1.)
 modern = nn.LSTMCell(features=3).initialize_carry(jax.random.PRNGKey(0), (2, 3))
+remat = functools.partial(jax.remat, concrete=False, prevent_cse=True)
+index = jnp.array(-1, dtype=jnp.uint32)
+fails = jax.checkpoint(jnp.sin, concrete=True)
 '''
 
 
@@ -445,6 +503,9 @@ def test_check_names_each_early_linen_pattern_and_whether_served():
       (38, 'early linen: FrozenDict.pop(key) -> (rest, value)', s),
       (39, 'early linen: FrozenDict.unfreeze()', s),
       (41, 'early linen: EarlyStopping.update -> (has_improved, state)', s),
+      (43, 'legacy JAX: jax.remat(concrete=False)', s),
+      (44, 'legacy JAX: jnp.array(negative integer, unsigned dtype)', s),
+      (45, 'jax.remat(concrete=True)', u),  # no equivalent today
   ]
   notes = {f.name: f.note for f in check.scan_source(CHECKED, 'model.py')}
   assert notes['early linen: cell without features [LSTMCell()]'] == (

@@ -8,12 +8,23 @@ module) and added as the attribute ``jax.lib.xla_client`` at activation:
 every name today's ``jaxlib.xla_client`` still has (``Device``, ``Client``,
 ``Shape``, ``PrimitiveType``, ``OpSharding``, ``XlaRuntimeError``,
 ``register_custom_call_target``, ``_xla`` ...) is that object, plus
-``bfloat16`` (``ml_dtypes.bfloat16``, which legacy exported there).  Names
+``bfloat16`` (``ml_dtypes.bfloat16``, which legacy exported there) and the
+``PaddingType`` enum (``VALID`` = 1, ``SAME`` = 2), which research code
+used to compute convolution paddings (scenic's masked layers).  Names
 of the removed XlaBuilder API (``ops``, ``XlaBuilder``,
 ``shape_from_pyval`` ...) raise an AttributeError that says so.
 """
 
+import enum
+
 from jaxlib import xla_client as _xla_client
+
+
+class PaddingType(enum.Enum):
+  """``xla_client.PaddingType`` (gone from jaxlib): code maps 'SAME' / 'VALID'
+  strings to it to compute convolution paddings itself."""
+  VALID = 1
+  SAME = 2
 
 
 def __getattr__(name):
@@ -30,4 +41,4 @@ def __getattr__(name):
 
 
 def __dir__():
-  return sorted(set(dir(_xla_client)) | {'bfloat16'})
+  return sorted(set(dir(_xla_client)) | {'bfloat16', 'PaddingType'})

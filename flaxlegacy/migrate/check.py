@@ -332,7 +332,7 @@ def scan_source(source, path='<string>'):
         'it off)'))
   from flaxlegacy.migrate import check_linen  # pylint: disable=g-import-not-at-top
   findings.extend(check_linen.findings(tree, scanner.bindings, path, Finding,
-                                       SUPPORTED))
+                                       SUPPORTED, UNSUPPORTED))
   findings.sort(key=lambda f: (f.line, f.col))
   return findings
 

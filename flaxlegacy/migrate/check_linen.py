@@ -53,6 +53,11 @@ PATTERNS = {
         'state.has_improved'),
     'numpy.arange(one-element array)': (
         'scalars', 'np.arange(int(x[0])) or x.item()'),
+    'jax.remat(concrete=False)': (
+        'arguments', 'drop concrete=False (it was the default)'),
+    'jnp.array(negative integer, unsigned dtype)': (
+        'arguments', 'jnp.array(np.array(-1).astype(np.uint32)) or the '
+        'wrapped value (4294967295)'),
     # (in files with another flax 0.3 pattern or a legacy import)
     'linen parameter keys': (
         'linen_keys', 'the same seed gives other initial numbers on flax '
@@ -65,6 +70,17 @@ PATTERNS = {
 _POLICY_CHANGED = {'frozendict': 'flax 0.7.1'}
 
 
+_REMAT = ('jax.remat', 'jax.checkpoint', 'jax.ad_checkpoint.checkpoint')
+_UNSIGNED = tuple(f'{m}.uint{b}' for m in ('jax.numpy', 'numpy')
+                  for b in (8, 16, 32, 64))
+
+
+def _negative_int(node):
+  return (isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and
+          isinstance(node.operand, ast.Constant) and
+          isinstance(node.operand.value, int))
+
+
 class _Scanner(ast.NodeVisitor):
   """Collects (line, col, pattern, detail) of early-linen patterns."""
 
@@ -73,6 +89,7 @@ class _Scanner(ast.NodeVisitor):
     self.defs = {}  # module-level / nested function name -> FunctionDef
     self.partials_with_dtype = set()  # names bound to partial(..., dtype=)
     self.found = []
+    self.unsupported = []  # (line, col, name, why)
     self.linen_import = None  # first import of flax.linen
     self.early_stopping = False
     self._attention_attrs = []  # stack per class: self.<attr> of attention
@@ -221,6 +238,26 @@ class _Scanner(ast.NodeVisitor):
         len(node.args) >= 3):
       self.add(node, 'attention mask as third positional argument',
                'MultiHeadDotProductAttention(...)(inputs_q, inputs_kv, mask)')
+    remat = self.qualify(func)
+    if remat in ('functools.partial', 'partial') and node.args:
+      remat = self.qualify(node.args[0].value if isinstance(
+          node.args[0], ast.Starred) else node.args[0])
+    if remat in _REMAT:
+      for k in node.keywords:
+        if k.arg == 'concrete':
+          if isinstance(k.value, ast.Constant) and k.value.value is True:
+            self.unsupported.append(
+                (node.lineno, node.col_offset + 1, 'jax.remat(concrete=True)',
+                 'removed in jax 0.10.0: Python control flow on traced '
+                 'values; today: static_argnums'))
+          else:
+            self.add(node, 'jax.remat(concrete=False)')
+    if (self.qualify(func) in ('jax.numpy.array', 'jax.numpy.asarray') and
+        node.args and _negative_int(node.args[0]) and
+        any(self.qualify(d) in _UNSIGNED for d in
+            node.args[1:2] + [k.value for k in node.keywords
+                              if k.arg == 'dtype'])):
+      self.add(node, 'jnp.array(negative integer, unsigned dtype)')
     if (self.qualify(func) == 'numpy.arange' and node.args and
         isinstance(node.args[0], ast.Call) and
         self.qualify(node.args[0].func) in ('numpy.array', 'numpy.asarray')
@@ -232,8 +269,9 @@ class _Scanner(ast.NodeVisitor):
 
 
 def scan_tree(tree, bindings):
-  """[(line, col, pattern, detail)] of one parsed file, whose imports bind
-  ``bindings`` (local name -> qualified name, from check's scan)."""
+  """([(line, col, pattern, detail)], [(line, col, name, why)]): the patterns
+  served and those not, of one parsed file whose imports bind ``bindings``
+  (local name -> qualified name, from check's scan)."""
   scanner = _Scanner(bindings)
   scanner.visit(tree)
   found = list(scanner.found)
@@ -241,27 +279,33 @@ def scan_tree(tree, bindings):
   # pattern above) or runs in a legacy process (it imports the legacy API);
   # today's linen code alone says nothing about flax 0.3.
   legacy = any(_names.legacy_root(q) for q in bindings.values())
-  if scanner.linen_import is not None and (found or legacy):
+  if scanner.linen_import is not None and (
+      legacy or any(PATTERNS[f[2]][0] not in ('scalars', 'arguments')
+                    for f in found)):
     found.append((scanner.linen_import.lineno,
                   scanner.linen_import.col_offset + 1,
                   'linen parameter keys', ''))
-  return found
+  return found, scanner.unsupported
 
 
-def findings(tree, bindings, path, finding_cls, supported):
+def findings(tree, bindings, path, finding_cls, supported, unsupported):
   """The early-linen findings of one file, as ``check.Finding`` objects."""
   rows = {r.name: r for r in _names.BEHAVIOURS + _names.POLICIES}
   out = []
   seen = set()
-  for line, col, pattern, detail in sorted(scan_tree(tree, bindings)):
+  found, refused = scan_tree(tree, bindings)
+  for line, col, name, why in refused:
+    out.append(finding_cls(path, line, col, name, unsupported, '', '', why))
+  for line, col, pattern, detail in sorted(found):
     if (line, pattern) in seen:
       continue
     seen.add((line, pattern))
     restoration, modern = PATTERNS[pattern]
     row = rows[restoration]
     changed = getattr(row, 'changed', None) or _POLICY_CHANGED[restoration]
-    kind, legacy = (('legacy NumPy', 'NumPy 1.x') if restoration == 'scalars'
-                    else ('early linen', 'flax 0.3'))
+    kind, legacy = {'scalars': ('legacy NumPy', 'NumPy 1.x'),
+                    'arguments': ('legacy JAX', 'legacy JAX')}.get(
+                        restoration, ('early linen', 'flax 0.3'))
     name = f'{kind}: {pattern}'
     if detail:
       name += f' [{detail}]'
