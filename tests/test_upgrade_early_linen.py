@@ -240,7 +240,7 @@ def test_upgraded_early_linen_computes_the_same_numbers(tmp_path):
                          env={'FLAXLEGACY': 'off'})
   want = json.loads(original.stdout.splitlines()[-1])
   got = json.loads(rewritten.stdout.splitlines()[-1])
-  assert len(want) == 113 and sorted(got) == sorted(want)
+  assert len(want) == 130 and sorted(got) == sorted(want)
   # the same function on the same parameters, on one machine: bit for bit
   assert [k for k in want if got[k] != want[k]] == []
   assert want['improved0'] == ['|b1', [], [True]]

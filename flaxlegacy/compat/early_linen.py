@@ -8,7 +8,8 @@ changes only calls that raise today:
 
 * ``linen_keys``: parameter and RNG keys derived as flax 0.3.x did: each
   scope name folded into the key by its SHA-1 hash, one fold per level, and
-  ``make_rng``'s counter folded in directly.  Since flax 0.4.0 the whole
+  ``make_rng``'s counter folded in directly, counting per child scope
+  object as 0.3 did.  Since flax 0.4.0 the whole
   path and the counter are hashed into one fold (``LazyRng``), so the same
   seed initialises other numbers.  Restored by deriving every ``LazyRng``
   eagerly, as flax's own ``flax_lazy_rng=False`` mode did until it was
@@ -98,6 +99,27 @@ def _restore_linen_keys(scope_module):
 
   lazy_rng.create = staticmethod(_marked(functools.wraps(modern)(create),
                                          modern))
+
+  # make_rng counters of a child scope: flax 0.3 kept them on the child
+  # Scope object, so a child pushed again through the same parent object
+  # (reuse) counts on, and a fresh parent (each trace of a lifted
+  # transform's body: nn.scan, nn.vmap, nn.jit ...) starts from zero.
+  # Today they live in the parent's counter dict, which lifted scopes share
+  # with the scope outside: a scan body traced twice drew its second keys
+  # with counter 2.
+  scope_cls = scope_module.Scope
+  modern_push = scope_cls.push
+
+  @functools.wraps(modern_push)
+  def push(self, name=None, prefix='', reuse=False):
+    child = modern_push(self, name, prefix, reuse)
+    counters = self.__dict__.setdefault('_flaxlegacy_child_counters', {})
+    if child.name not in counters:
+      counters[child.name] = {key: 0 for key in child.rngs}
+    child.rng_counters = counters[child.name]
+    return child
+
+  scope_cls.push = _marked(push, modern_push)
 
 
 # --- initializers ----------------------------------------------------------------

@@ -133,6 +133,27 @@ class ConvCell(nn.Module):
     return y
 
 
+class ScanBlock(nn.Module):
+
+  @nn.compact
+  def __call__(self, carry, x):
+    return nn.tanh(nn.Dense(carry.shape[-1])(carry) + x), carry.sum()
+
+
+class ScanClasses(nn.Module):
+  """``nn.scan`` of classes: a featureless cell, and layers (split keys)."""
+
+  @nn.compact
+  def __call__(self, carry, xs):
+    lstm = nn.scan(nn.LSTMCell, variable_broadcast='params',
+                   split_rngs={'params': False}, in_axes=1, out_axes=1)
+    carry, ys = lstm(name='lstm')(carry, xs)
+    layers = nn.scan(ScanBlock, variable_axes={'params': 0},
+                     split_rngs={'params': True}, length=3)
+    h, sums = layers(name='layers')(carry[1], jnp.zeros((3, 1)))
+    return ys, h, sums
+
+
 class VmapDense(nn.Module):
 
   @nn.compact
@@ -177,6 +198,7 @@ MODELS = {
     'cells': (Cells, lambda: (_inputs(2, 2),), {}),
     'conv_cell': (ConvCell, lambda: (_inputs(1, 3, 3, 2),), {}),
     'vmap': (VmapDense, lambda: (_inputs(3, 2, 2),), {}),
+    'scan_classes': (ScanClasses, _lstm_inputs, {}),
     'attention': (Attention, lambda: (_inputs(2, 4, 4), _inputs(2, 5, 4)),
                   {}),
     'embed': (Embedder, lambda: (jnp.array([[1, 2], [3, 6]]),), {}),
