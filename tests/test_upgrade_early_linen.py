@@ -46,6 +46,19 @@ CASES = [
         a = nn.Dense(4, kernel_init=upgraded_layers.legacy_initializer(init))
         b = nn.Conv(4, (3, 3), bias_init=upgraded_layers.legacy_initializer(functools.partial(f, dtype=c64)))
      '''),
+    # ... and a definition whose parameters say it is an initializer, used
+    # elsewhere (``kernel_init=nets.initializers.cplx_variance_scaling``)
+    ('initializers', '''
+        def cplx_variance_scaling(key, shape):
+          return unif(key, shape, dtype=c64) * x.dtype
+        def helper(a, shape):
+          return a + shape
+     ''', '''
+        def cplx_variance_scaling(key, shape, dtype=None):
+          return unif(key, shape, dtype=c64) * x.dtype
+        def helper(a, shape):
+          return a + shape
+     '''),
     # carries: the static initialize_carry -> today's instance method
     ('carries', '''
         c = nn.LSTMCell.initialize_carry(rng, (batch,), 8)
@@ -145,8 +158,21 @@ def test_rule(rule, before, after):
       [keys.WHY] if '.init(' in before else [])
 
 
+def test_initializers_module_without_flax():
+  source = textwrap.dedent('''\
+      import jax
+
+      def cplx_init(rng, shape):
+        dtype = jax.numpy.complex64  # a name of its own: the new one differs
+        return jax.random.normal(rng, shape, dtype)
+  ''')
+  new, report = api.upgrade_source(source, 'initializers.py')
+  assert 'def cplx_init(rng, shape, unused_param_dtype=None):' in new
+  assert [r['rule'] for r in report.rewritten] == ['early_linen_initializers']
+
+
 def test_shipped_names_are_imported():
-  new, report = _upgrade(CASES[2][1] + CASES[4][1])
+  new, report = _upgrade(CASES[3][1] + CASES[5][1])
   assert 'from flaxlegacy.migrate import legacy_cells\n' in new
   assert 'from flaxlegacy.migrate import upgraded_layers\n' in new
   assert '\nimport flax\n' in new

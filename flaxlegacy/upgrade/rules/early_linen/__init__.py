@@ -59,13 +59,16 @@ def run(file_facts, report, module):
   that import today's flax API (``_FLAX_TODAY``, or ``import flax``).
   """
   names = _common.LinenNames(file_facts.imports)
+  rules = RULES
   if not (any(names.imports_module(m) for m in _FLAX_TODAY) or
           file_facts.imports.get('flax') == 'flax'):
-    return module
+    if not names.imports_module('jax'):
+      return module
+    rules = (initializers,)  # a JAX module of initializers for linen layers
   code = module.code
   needed = set()
   rewrote = len(report.rewritten)
-  for rule in RULES:
+  for rule in rules:
     if rule is keys and len(report.rewritten) == rewrote:
       break  # no flax 0.3 pattern here: nothing says it is early linen
     if not rule.relevant(code, names):

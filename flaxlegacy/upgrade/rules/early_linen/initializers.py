@@ -6,7 +6,12 @@ linen layer (``nn.Dense(4, kernel_init=cplx_init)``, any ``*_init=``):
 
 * defined in the file with exactly two parameters (``def cplx_init(rng,
   shape)``): the definition gets a third, ``dtype=None``, which it ignores
-  (flax 0.3 passed none, so its result and dtype are unchanged);
+  (flax 0.3 passed none, so its result and dtype are unchanged).  So does
+  any definition whose two parameters say it is an initializer (a key:
+  ``rng`` / ``key`` / ``prng_key`` ..., then ``shape``), wherever it is
+  used: initializers often live in a module of their own
+  (``kernel_init=nets.initializers.cplx_init``).  An optional parameter
+  changes no existing call;
 * a ``functools.partial(..., dtype=...)`` (inline or bound to a name in the
   file): wrapped in ``upgraded_layers.legacy_initializer(...)``, which calls
   it as ``init(key, shape)`` (the layer's ``param_dtype`` would be a second
@@ -25,7 +30,7 @@ SHIPPED = 'flaxlegacy.migrate.upgraded_layers.legacy_initializer'
 
 
 def relevant(code, names):  # pylint: disable=unused-argument
-  return '_init' in code
+  return '_init' in code or 'shape' in code
 
 
 def _two_parameters(fn):
@@ -35,10 +40,28 @@ def _two_parameters(fn):
           and all(x.default is None for x in p.params))
 
 
+KEY_NAMES = ('rng', 'key', 'prng', 'prng_key', 'rng_key', 'rngkey', 'prngkey')
+
+
+def _initializer_signature(fn):
+  names = [p.name.value for p in fn.params.params]
+  return (_two_parameters(fn) and names[0] in KEY_NAMES and
+          names[1] == 'shape')
+
+
 def _uses_name(fn, name):
+  """Whether the body refers to ``name`` (not ``x.name``, not ``name=``)."""
   found = []
 
   class V(cst.CSTVisitor):
+
+    def visit_Attribute(self, node):
+      node.value.visit(self)
+      return False
+
+    def visit_Arg(self, node):
+      node.value.visit(self)
+      return False
 
     def visit_Name(self, node):
       if node.value == name:
@@ -56,6 +79,7 @@ class Rule(_common.Rule):
     self.defs = {}  # name -> FunctionDef with two parameters
     self.partials = set()  # names bound to partial(..., dtype=...)
     self.used = set()  # two-parameter defs passed as initializers
+    self.signed = set()  # ids of defs whose parameters are (key, shape)
 
   def _partial_with_dtype(self, node):
     if not isinstance(node, cst.Call):
@@ -74,6 +98,8 @@ class Rule(_common.Rule):
       def visit_FunctionDef(self, fn):
         if _two_parameters(fn):
           rule.defs.setdefault(fn.name.value, fn)
+        if _initializer_signature(fn):
+          rule.signed.add(id(fn))
 
       def visit_Assign(self, a):
         if rule._partial_with_dtype(a.value):  # pylint: disable=protected-access
@@ -91,7 +117,8 @@ class Rule(_common.Rule):
 
   def leave_FunctionDef(self, original_node, updated_node):
     name = original_node.name.value
-    if name not in self.used or self.defs.get(name) is not original_node:
+    if id(original_node) not in self.signed and (
+        name not in self.used or self.defs.get(name) is not original_node):
       return updated_node
     param = 'dtype' if not _uses_name(original_node, 'dtype') else (
         'unused_param_dtype')
