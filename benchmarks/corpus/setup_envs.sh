@@ -115,6 +115,18 @@ shims() {  # shims VENV: the same environment shim on every side
   echo "import corpus_tf_shims" >"$site/zz_corpus_tf_shims.pth"
 }
 
+install_extras() {  # install_extras VENV CONSTRAINTS PKG...: all at once, else
+  # one by one, naming those that cannot be installed under the constraints
+  # (the codebases that need them then fail on that side, and say why).
+  local venv="$1" cons="$2"; shift 2
+  if "$venv/bin/pip" install -q -c "$cons" "$@"; then return; fi
+  local pkg
+  for pkg in "$@"; do
+    "$venv/bin/pip" install -q -c "$cons" "$pkg" ||
+      echo "setup_envs: NOT INSTALLED in $venv: $pkg (see pip's message above)" >&2
+  done
+}
+
 layer() {  # layer NEW BASE CONSTRAINTS TF_TEXT_SPEC
   local new="$1" base="$2" cons="$3" tftext="$4"
   "$PY" -m venv "$new"
@@ -122,7 +134,7 @@ layer() {  # layer NEW BASE CONSTRAINTS TF_TEXT_SPEC
   site="$(purelib "$new")"
   base_site="$(purelib "$base")"
   echo "import site; site.addsitedir('$base_site')" >"$site/zz_layer_on_base.pth"
-  "$new/bin/pip" install -q -c "$cons" "${EXTRAS[@]}" "$tftext"
+  install_extras "$new" "$cons" "${EXTRAS[@]}" "$tftext"
   "$new/bin/pip" uninstall -y -q tensorflow || true
   # A dependency resolved against the constraints may have put a second
   # flax in the layer (clu depends on flax): the base's must win.
@@ -177,8 +189,8 @@ if want upgraded; then
   # constraints.txt is installed, none of this checkout.
   mapfile -t MODERN < <(grep -v -e '^#' -e '^$' -e '^libcst' "$root/constraints.txt" | sed 's/==.*//')
   "$PY" -m venv "$ENVS/upgraded"
-  "$ENVS/upgraded/bin/pip" install -q -c "$root/constraints.txt" \
-      "${MODERN[@]}" "${EXTRAS[@]}"
+  "$ENVS/upgraded/bin/pip" install -q -c "$root/constraints.txt" "${MODERN[@]}"
+  install_extras "$ENVS/upgraded" "$root/constraints.txt" "${EXTRAS[@]}"
   # tensorflow-text requires `tensorflow`, which would be a second copy of
   # tensorflow-cpu in the same site-packages (removing it again would take
   # tensorflow-cpu's files with it): install it without its dependencies.
