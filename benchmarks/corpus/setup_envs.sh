@@ -127,6 +127,14 @@ install_extras() {  # install_extras VENV CONSTRAINTS PKG...: all at once, else
   done
 }
 
+oracle_shims() {  # oracle_shims VENV: JAX modules removed before 0.4.13 that
+  # 2021 code imports, on the oracle side only (shims/oracle_jax_shims.py)
+  local site
+  site="$(purelib "$1")"
+  cp "$here/shims/oracle_jax_shims.py" "$site/"
+  echo "import oracle_jax_shims" >"$site/zz_oracle_jax_shims.pth"
+}
+
 layer() {  # layer NEW BASE CONSTRAINTS TF_TEXT_SPEC
   local new="$1" base="$2" cons="$3" tftext="$4"
   "$PY" -m venv "$new"
@@ -176,6 +184,7 @@ if want oracle-0.3.5; then
   oracle_base "$ORACLE_VENV_035" 0.3.5
   [ -s "$oracle_cons" ] || { echo "setup_envs: no $ORACLE_DIR/requirements-oracle.txt" >&2; exit 2; }
   layer "$ENVS/oracle-0.3.5" "$ORACLE_VENV_035" "$oracle_cons" 'tensorflow-text==2.17.*'
+  oracle_shims "$ENVS/oracle-0.3.5"
 fi
 if want oracle-0.3.6; then
   oracle_base "$ORACLE_VENV_036" 0.3.6
@@ -183,6 +192,7 @@ if want oracle-0.3.6; then
   # 0.3.6's base has flax 0.3.6; the constraints file pins 0.3.5, so drop it.
   grep -v '^flax==' "$oracle_cons" >"$oracle_cons.036"
   layer "$ENVS/oracle-0.3.6" "$ORACLE_VENV_036" "$oracle_cons.036" 'tensorflow-text==2.17.*'
+  oracle_shims "$ENVS/oracle-0.3.6"
 fi
 if want upgraded; then
   # flaxlegacy's own pinned set without flaxlegacy: every line of
