@@ -725,7 +725,9 @@ def _markdown_upgraded(res):
   return out
 
 
-def main(argv=None):
+def parse_args(argv=None):
+  """The options, every default resolved (under the cache dir or this
+  checkout; nothing of a particular machine)."""
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--corpus', default=DEFAULT_CORPUS)
   p.add_argument('--results', default=DEFAULT_RESULTS)
@@ -790,6 +792,11 @@ def main(argv=None):
   args.workdir = os.path.abspath(args.workdir or os.path.join(
       args.cache_dir, 'work'))
   args.flaxlegacy_path = os.path.abspath(args.flaxlegacy_path)
+  return args
+
+
+def main(argv=None):
+  args = parse_args(argv)
   corpus = load_corpus(args.corpus)
   if not args.report:
     cmd_run(corpus, args)
