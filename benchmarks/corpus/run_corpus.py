@@ -468,6 +468,15 @@ def cmd_run(corpus, args):
           json.dump(record, f, indent=1, sort_keys=True)
 
 
+_ADDRESS = re.compile(r' at 0x[0-9a-fA-F]+')
+
+
+def _stable_id(test_id):
+  """A test id without object addresses (absltest parameterized names carry
+  `<function f at 0x7f...>`, different in every process)."""
+  return _ADDRESS.sub('', test_id)
+
+
 def _side_records(args, cb, side, files):
   """(record, its file's entry in `files`) for one side's test files.
 
@@ -478,6 +487,8 @@ def _side_records(args, cb, side, files):
                                             side, '*.json'))):
     with open(path) as f:
       rec = json.load(f)
+    for case in rec['cases']:
+      case['id'] = _stable_id(case['id'])
     fi = files.setdefault(rec['file'], {})
     if 'skipped_file' in rec:
       fi['skipped'] = rec['skipped_file']
