@@ -1,4 +1,4 @@
-"""Rules for the code around module definitions (issue 15).
+"""Rules for the code around module definitions (program level).
 
 Runs as a pass before the module rules, on the legacy source, and rewrites
 the program-level legacy API into linen + optax:
