@@ -5,6 +5,7 @@ import os
 import pytest
 
 from tests import conformance
+from tests import standalone_env
 
 collect_ignore = ['conformance.py']
 
@@ -37,3 +38,10 @@ def generated(shared, tmp_path_factory):  # pylint: disable=redefined-outer-name
     return str(root)
 
   return get
+
+
+@pytest.fixture(scope='session')
+def python_without_flaxlegacy(tmp_path_factory):
+  """A python with jax, flax and optax where ``import flaxlegacy`` fails
+  (tests/standalone_env.py); run it with ``standalone_env.env()``."""
+  return standalone_env.make(tmp_path_factory.mktemp('standalone'))
