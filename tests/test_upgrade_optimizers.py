@@ -323,3 +323,63 @@ def test_upgraded_per_step_learning_rates_train_as_legacy(
   _compare(tmp_path, 'optimizers_lr', None,
            ['Momentum', 'MomentumDecay', 'LAMB', 'Adagrad', 'Adafactor'],
            python_without_flaxlegacy)
+
+
+# --- jax.experimental.optimizers beside Flax ------------------------------------
+
+JEO_CASES = [
+    ('from_module', 'from jax.experimental import optimizers\n',
+     'from jax.example_libraries import optimizers\n'),
+    ('from_module_and_stax',
+     'from jax.experimental import optimizers, stax\n',
+     'from jax.example_libraries import optimizers, stax\n'),
+    ('from_names',
+     'from jax.experimental.optimizers import clip_grads, l2_norm\n',
+     'from jax.example_libraries.optimizers import clip_grads, l2_norm\n'),
+    ('import_as', 'import jax.experimental.optimizers as jopt\n',
+     'import jax.example_libraries.optimizers as jopt\n'),
+    ('import_spelled_out',
+     'import jax\nimport jax.experimental.optimizers\n'
+     'n = jax.experimental.optimizers.l2_norm(g)\n',
+     'import jax\nimport jax.example_libraries.optimizers\n'
+     'n = jax.example_libraries.optimizers.l2_norm(g)\n'),
+]
+
+
+@pytest.mark.parametrize('name,src,expected', JEO_CASES,
+                         ids=[c[0] for c in JEO_CASES])
+def test_jax_experimental_optimizers_get_their_new_path(name, src, expected):
+  del name
+  new, report = upgrade_source(src)
+  assert new == expected
+  assert not report.left
+
+
+def test_jax_experimental_optimizer_helpers_compute_as_before():
+  """clip_grads, l2_norm and the schedules beside a Flax program, upgraded,
+  run on today's JAX with the values of their definitions."""
+  new, report = upgrade_source(textwrap.dedent('''
+      import jax
+      import jax.numpy as jnp
+      from jax.experimental import optimizers
+      from jax.experimental.optimizers import clip_grads
+
+
+      def values(grads, step):
+        return (clip_grads(grads, 1.0), optimizers.l2_norm(grads),
+                optimizers.exponential_decay(0.1, 10, 0.5)(step),
+                optimizers.piecewise_constant([2, 4], [1., .5, .1])(step),
+                optimizers.inverse_time_decay(1., 2, 0.5)(step))
+      '''))
+  assert 'jax.experimental' not in new and not report.left
+  namespace = {}
+  exec(compile(new, '<upgraded>', 'exec'), namespace)  # pylint: disable=exec-used
+  grads = {'a': np.array([3., 4.]), 'b': np.array([12.])}
+  clipped, norm, decay, piece, inverse = namespace['values'](grads, 5)
+  np.testing.assert_allclose(float(norm), 13., rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(clipped['a']), [3 / 13, 4 / 13],
+                             rtol=1e-6)
+  np.testing.assert_allclose(float(decay), 0.1 * 0.5 ** 0.5, rtol=1e-6)
+  assert float(piece) == np.float32(0.1)
+  np.testing.assert_allclose(float(inverse), 1 / (1 + 0.5 * 5 / 2),
+                             rtol=1e-6)

@@ -172,6 +172,12 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       # ``import flax`` ... ``flax.nn.Dense``: the linen module, spelled out
       return jax_names.expr('flax.linen')
     q = jax_names.qualify(original_node, self.ctx.facts.imports)
+    moved = jax_names.rename_module_attribute(original_node,
+                                              self.ctx.facts.imports)
+    if moved is not None:
+      self.rewrote(original_node, 'jax_names', f'{q} -> '
+                   f'{jax_names.MODULE_RENAMES[q]}')
+      return moved
     if q in jax_names.RENAMES:
       self.rewrote(original_node, 'jax_names', f'{q} -> '
                    f'{jax_names.RENAMES[q]}')
