@@ -55,7 +55,7 @@ def test_copy_of_every_helper_is_their_code_and_names_no_flaxlegacy(tmp_path):
   compile(src, 'legacy_helpers.py', 'exec')
   # every definition is the helper's own source, unchanged
   for module in shipping.MODULES:
-    mod = importlib.import_module(f'{shipping.PACKAGE}.{module}')
+    mod = importlib.import_module(module)
     for name in shipping.helpers().public[module]:
       assert inspect.getsource(getattr(mod, name)) in src, (module, name)
 
@@ -77,12 +77,13 @@ def test_uses_reads_module_aliases_and_names():
       k = legacy_rng.hashable(x)
       ''')
   used = shipping.uses(code)
-  assert used == {'legacy_optax': {'lamb'}, 'upgraded': {'hashable'},
-                  'upgraded_attention': {'legacy_attention_mask'}}
+  m = 'flaxlegacy.migrate.'
+  assert used == {m + 'legacy_optax': {'lamb'}, m + 'upgraded': {'hashable'},
+                  m + 'upgraded_attention': {'legacy_attention_mask'}}
   assert shipping.names_of(used) == {'lamb', 'hashable',
                                      'legacy_attention_mask'}
   with pytest.raises(ValueError, match='legacy_optax has no sgd to copy'):
-    shipping.names_of({'legacy_optax': {'sgd'}})
+    shipping.names_of({m + 'legacy_optax': {'sgd'}})
 
 
 PROGRAM = '''
@@ -216,6 +217,29 @@ def test_diff_and_in_place_write_the_copy_too(tmp_path):
   assert api.upgrade_paths([str(src)], in_place=True)[0] == 0
   assert (src / 'legacy_helpers.py').read_text().startswith(shipping.HEADER)
   assert flaxlegacy_outside_comments(src) == []
+
+
+def test_removed_xla_bridge_gets_the_copied_stand_in(tmp_path):
+  """``from jax.lib import xla_bridge`` (removed from JAX): flaxlegacy's
+  stand-in module, copied like the other helpers."""
+  src = _tree(tmp_path / 'src', {'t.py': '''
+      from jax.lib import xla_bridge
+
+      def reset():
+        xla_bridge.get_backend.cache_clear()
+        return xla_bridge.device_count()
+      '''})
+  status, report = api.upgrade_paths([str(src)], out=str(tmp_path / 'out'))
+  assert status == 0
+  code = (tmp_path / 'out' / 't.py').read_text()
+  assert 'import legacy_helpers as xla_bridge\n' in code, code
+  assert sorted(report['shipped'][0]['names']) == ['device_count',
+                                                   'get_backend']
+  namespace = {}
+  exec(compile((tmp_path / 'out' / 'legacy_helpers.py').read_text(),  # pylint: disable=exec-used
+               'legacy_helpers.py', 'exec'), namespace)
+  namespace['get_backend'].cache_clear()
+  assert namespace['device_count']() >= 1
 
 
 def test_upgrade_source_keeps_the_flaxlegacy_import():

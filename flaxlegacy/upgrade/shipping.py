@@ -3,8 +3,9 @@
 The rules name the helpers they emit by their home in flaxlegacy
 (``from flaxlegacy.migrate import legacy_optax``, ``upgraded as
 legacy_rng``, ``upgraded_layers``, ``legacy_cells``,
-``upgraded_attention.legacy_attention_mask``): plain linen / optax / NumPy
-code, tested there.  An upgraded tree must not need flaxlegacy, so
+``upgraded_attention.legacy_attention_mask``; ``from flaxlegacy.compat import
+xla_bridge`` for the removed ``jax.lib.xla_bridge``): plain linen / optax /
+NumPy code, tested there.  An upgraded tree must not need flaxlegacy, so
 ``upgrade_paths`` (--out, --in-place, --diff) copies the definitions the
 tree uses, with what they depend on, into one module beside the code,
 ``legacy_helpers.py`` (docs/decisions.md: vendored, not a runtime package),
@@ -33,10 +34,14 @@ from typing import Dict, List, Optional, Tuple
 import libcst as cst
 
 PACKAGE = 'flaxlegacy.migrate'
-# The helper modules of flaxlegacy.migrate the rules emit, in the order their
-# definitions are written (none imports another).
-MODULES = ('legacy_optax', 'upgraded', 'upgraded_layers', 'legacy_cells',
-           'upgraded_attention')
+# The flaxlegacy modules the rules emit imports of, in the order their
+# definitions are written (none imports another): plain JAX / linen / optax.
+MODULES = tuple(f'{PACKAGE}.{m}' for m in (
+    'legacy_optax', 'upgraded', 'upgraded_layers', 'legacy_cells',
+    'upgraded_attention')) + (
+        # jax.lib.xla_bridge (removed from JAX) -> its flaxlegacy stand-in
+        # (rules/jax_names.py, the names table)
+        'flaxlegacy.compat.xla_bridge',)
 NAME = 'legacy_helpers'
 HEADER = '# Written by flaxlegacy upgrade'
 _DOC = '"""Helpers for code upgraded from legacy Flax (flax.nn / flax.optim)."""'
@@ -44,8 +49,9 @@ ALL = '*'  # a helper module used as a whole value: every public name
 
 
 def _source_path(module):
-  return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
-      __file__))), 'migrate', module + '.py')
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
+      __file__))))
+  return os.path.join(root, *module.split('.')) + '.py'
 
 
 @dataclasses.dataclass
@@ -144,8 +150,10 @@ class _Helpers:
         self.defs[n].module), n)):
       origins.setdefault(self.defs[n].module, []).append(n)
     what = '; '.join(f'{m}: {", ".join(ns)}' for m, ns in origins.items())
+    if len({m.rpartition('.')[0] for m in origins}) == 1:
+      what = what.replace(next(iter(origins)).rpartition('.')[0] + '.', '')
     from flaxlegacy import version  # pylint: disable=g-import-not-at-top
-    head = [f'{HEADER} {version.__version__}: the helpers of {PACKAGE} '
+    head = [f'{HEADER} {version.__version__}: the flaxlegacy helpers '
             'that the upgraded code beside this file uses, with what they '
             f'need ({what}).',
             '# Plain JAX, Flax linen, optax and NumPy: nothing here needs '
@@ -234,12 +242,8 @@ def helper_source(names):
 
 
 def _helper_module(dotted):
-  """'legacy_optax' for 'flaxlegacy.migrate.legacy_optax', else None."""
-  if dotted and dotted.startswith(PACKAGE + '.'):
-    rest = dotted[len(PACKAGE) + 1:]
-    if rest in MODULES:
-      return rest
-  return None
+  """``dotted`` if it names a helper module, else None."""
+  return dotted if dotted in MODULES else None
 
 
 def uses(code):
@@ -252,10 +256,10 @@ def uses(code):
   out = collections.defaultdict(set)
   for node in ast.walk(tree):
     if isinstance(node, ast.ImportFrom) and node.level == 0:
-      if node.module == PACKAGE:
+      if any(f'{node.module}.{a.name}' in MODULES for a in node.names):
         for a in node.names:
-          if a.name in MODULES:
-            locals_[a.asname or a.name] = a.name
+          if f'{node.module}.{a.name}' in MODULES:
+            locals_[a.asname or a.name] = f'{node.module}.{a.name}'
       elif _helper_module(node.module):
         for a in node.names:
           out[_helper_module(node.module)].add(
@@ -292,7 +296,7 @@ def names_of(used):
       elif n in h.defs and h.defs[n].module == module:
         names.add(n)
       else:
-        raise ValueError(f'flaxlegacy upgrade: {PACKAGE}.{module} has no '
+        raise ValueError(f'flaxlegacy upgrade: {module} has no '
                          f'{n} to copy into the upgraded tree')
   return names
 
@@ -328,10 +332,6 @@ def _imports_of(code):
   return names, relative
 
 
-def _parts(path):
-  return os.path.normpath(os.path.abspath(path)).split(os.sep)
-
-
 def homes(files):
   """{source dir: Home} for the directories of ``files`` (SourceFiles).
 
@@ -353,15 +353,20 @@ def homes(files):
       relative_dirs.add(os.path.dirname(os.path.abspath(sf.path)))
   by_dir = collections.defaultdict(collections.Counter)
   for sf in files:
-    parts = _parts(sf.path)
-    stem = parts[-1][:-3]
-    mod_parts = parts[:-1] + ([stem] if stem != '__init__' else [])
+    rel = os.path.relpath(os.path.abspath(sf.path), os.path.abspath(
+        sf.src_root)).split(os.sep)
+    stem = rel[-1][:-3]
+    mod = rel[:-1] + ([stem] if stem != '__init__' else [])
+    if not mod:
+      continue
     d = os.path.dirname(os.path.abspath(sf.path))
     for dotted, count in imported.items():
       comps = dotted.split('.')
-      if comps[-1] != mod_parts[-1] or len(comps) > len(mod_parts):
-        continue
-      if mod_parts[len(mod_parts) - len(comps):] != comps:
+      n = min(len(comps), len(mod))
+      # the shorter names the longer's last modules; the import may name
+      # packages above the source root (``sam.sam_jax...`` for a root
+      # that is the sam package, whatever its directory is called)
+      if comps[-n:] != mod[-n:] or (n < 2 and len(comps) > 1):
         continue
       by_dir[d][tuple(comps[:-1] if stem != '__init__' else comps)] += count
   out = {}
@@ -430,12 +435,12 @@ class _Imports(cst.CSTTransformer):
     if isinstance(stmt, cst.ImportFrom) and not stmt.relative and not (
         isinstance(stmt.names, cst.ImportStar)):
       mod = _dotted(stmt.module)
-      if mod == PACKAGE:
+      if any(f'{mod}.{_dotted(a.name)}' in MODULES for a in stmt.names):
         keep, lines = [], []
         for a in stmt.names:
           name = _dotted(a.name)
           local = a.asname.name.value if a.asname else name
-          if name in MODULES:
+          if f'{mod}.{name}' in MODULES:
             lines += _import_lines(self.home, self.module_name, name, local)
           else:
             keep.append(a)
@@ -530,8 +535,7 @@ class Shipped:
   def as_dict(self):
     h = helpers()
     return {'path': self.rel, 'module': self.module, 'import': self.spelling,
-            'names': {n: f'{PACKAGE}.{h.defs[n].module}.{n}'
-                      for n in self.names}}
+            'names': {n: f'{h.defs[n].module}.{n}' for n in self.names}}
 
 
 def _ours(path):
@@ -555,7 +559,7 @@ def ship(files):
   SourceFiles, whose ``new_code`` is rewritten here."""
   need = {}
   for sf in files:
-    if sf.new_code is None or PACKAGE not in sf.new_code:
+    if sf.new_code is None or 'flaxlegacy' not in sf.new_code:
       continue
     used = uses(sf.new_code)
     if used:
