@@ -165,6 +165,50 @@ def test_tree_rule_and_optimizer_state_and_imports():
           ) in new, new
 
 
+def test_classes_in_the_class_body_move_to_the_top_level():
+  """ViT's momentum_clip: the hyper-parameter and state dataclasses live
+  in the class body and are reached as ``Optimizer.HyperParams``; a
+  constructor argument is replaced by its converted value."""
+  new, report = upgrade_source(textwrap.dedent('''
+      import flax
+      import jax.numpy as jnp
+
+
+      class Half(flax.optim.OptimizerDef):
+
+        @flax.struct.dataclass
+        class HyperParams:
+          learning_rate: float
+
+        @flax.struct.dataclass
+        class State:
+          momentum: jnp.ndarray
+
+        def __init__(self, learning_rate=None, dtype='bfloat16'):
+          super().__init__(Half.HyperParams(learning_rate))
+          self.dtype = dict(bfloat16=jnp.bfloat16)[dtype]
+
+        def init_param_state(self, param):
+          return Half.State(jnp.zeros_like(param, dtype=self.dtype))
+
+        def apply_param_gradient(self, step, hyper_params, param, state,
+                                 grad):
+          m = state.momentum + grad
+          return param - hyper_params.learning_rate * m, Half.State(
+              m.astype(self.dtype))
+      '''))
+  assert not report.left, report.left
+  assert '\n@flax.struct.dataclass\nclass HyperParams:\n' in new, new
+  assert '\n@flax.struct.dataclass\nclass State:\n' in new
+  assert '  dtype = dict(bfloat16=jnp.bfloat16)[dtype]\n' in new
+  assert new.endswith('Half.HyperParams = HyperParams\nHalf.State = State\n')
+  namespace = {}
+  exec(compile(new, '<upgraded>', 'exec'), namespace)  # pylint: disable=exec-used
+  tx = namespace['Half'](0.5)
+  state = tx.init({"w": namespace["jnp"].ones(2)})
+  assert state.param_states["w"].momentum.dtype == namespace["jnp"].bfloat16
+
+
 # (source after HEADER, why the class stays)
 KEPT = [
     ('builtin_subclass', '''
@@ -258,6 +302,31 @@ KEPT = [
                                    grad):
             return param - self.lr * grad, state
         ''', 'Prop', 'lr is decorated (property)'),
+    ('class_attribute', '''
+        class Scaled(optim.OptimizerDef):
+          factor = 2.0
+
+          def init_param_state(self, param):
+            return ()
+
+          def apply_param_gradient(self, step, hyper_params, param, state,
+                                   grad):
+            return param - Scaled.factor * grad, state
+        ''', 'Scaled', 'apply_param_gradient reads Scaled.factor'),
+    ('param_read_after_rebinding', '''
+        class Rebind(optim.OptimizerDef):
+
+          def __init__(self, learning_rate, scale):
+            self.scale = 2 * scale
+            super().__init__(_HP(learning_rate * scale, 0.9))
+
+          def init_param_state(self, param):
+            return ()
+
+          def apply_param_gradient(self, step, hyper_params, param, state,
+                                   grad):
+            return param - self.scale * grad, state
+        ''', 'Rebind', '__init__ sets self.scale and reads its own scale'),
     ('name_clash', '''
         def scale(g):
           return 0.5 * g

@@ -73,8 +73,9 @@ class Plan:
   hooks: List[str]  # the hooks / tree hooks it defines
 
 
-def _why_not(node, src):
-  """None if the class ``node`` (its source ``src``) translates, else why."""
+def _why_not(node, src, top_names=()):
+  """None if the class ``node`` (its source ``src``) translates, else why.
+  ``top_names``: the names the file defines at the top level."""
   import ast  # pylint: disable=g-import-not-at-top
   try:
     tree = ast.parse(textwrap.dedent(src))
@@ -88,7 +89,7 @@ def _why_not(node, src):
     return 'the class is decorated'
   if len(cls.bases) != 1 or cls.keywords:
     return 'it has several bases or class keywords'
-  methods, attrs = {}, set()
+  methods, attrs, nested = {}, set(), set()
   for stmt in cls.body:
     if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant):
       continue
@@ -96,6 +97,14 @@ def _why_not(node, src):
       continue
     if isinstance(stmt, ast.FunctionDef):
       methods[stmt.name] = stmt
+      continue
+    if isinstance(stmt, ast.ClassDef):
+      # a class in the class (ViT's HyperParams / State): moves to the top
+      # level, reached as Name.X through an attribute of the function
+      if stmt.name in top_names:
+        return (f'its nested class {stmt.name} would clash with the '
+                f'module-level {stmt.name}')
+      nested.add(stmt.name)
       continue
     if isinstance(stmt, (ast.Assign, ast.AnnAssign)):
       targets = stmt.targets if isinstance(stmt, ast.Assign) else [
@@ -146,6 +155,20 @@ def _why_not(node, src):
       return ('__init__ does not set the hyper-parameters exactly once '
               '(super().__init__(hyper_params))')
     init_locals = {x for x in _scope(table, '__init__').get_locals()}
+    for i, stmt in enumerate(init.body):
+      # self.a = v with a parameter a: the local a becomes v; fine if
+      # nothing after reads the parameter
+      if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+          and _self_attr(stmt.targets[0])
+          and stmt.targets[0].attr in init_locals and not (
+              isinstance(stmt.value, ast.Name)
+              and stmt.value.id == stmt.targets[0].attr)):
+        a = stmt.targets[0].attr
+        later = [n for s2 in init.body[i + 1:] for n in ast.walk(s2)
+                 if isinstance(n, ast.Name) and n.id == a]
+        if later:
+          return (f'__init__ sets self.{a} and reads its own {a} after that: '
+                  'one scope cannot hold both')
   closure = set(methods) | attrs | {'hyper_params'} | set(init_params) | (
       init_locals) - {'self'}
   closure.discard('__init__')
@@ -174,6 +197,15 @@ def _why_not(node, src):
                       'definition object between calls (hyper-parameters '
                       'changed inside apply_gradient, or state shared '
                       'between calls); an optax transformation is pure')
+    dotted_cls = {id(n.value) for n in ast.walk(m)
+                  if isinstance(n, ast.Attribute)
+                  and isinstance(n.value, ast.Name)
+                  and n.value.id == cls.name}
+    for n in ast.walk(m):
+      if isinstance(n, ast.Name) and n.id == cls.name and (
+          id(n) not in dotted_cls):
+        return (f'{name} uses the class {cls.name} itself, which the '
+                'translation turns into a function')
     selfs = [n for n in ast.walk(m) if isinstance(n, ast.Name)
              and n.id == 'self']
     attr_selfs = {id(n.value) for n in ast.walk(m)
@@ -184,6 +216,10 @@ def _why_not(node, src):
           name == '__init__' and _in_super_init(init, n)):
         return f'{name} passes self on'
     for n in ast.walk(m):
+      if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and (
+          n.value.id == cls.name) and n.attr not in nested:
+        return (f'{name} reads {cls.name}.{n.attr}, an attribute of the '
+                'class the translation turns into a function')
       if _self_attr(n) and n.attr not in closure:
         if n.attr in API or n.attr in TREE_HOOKS or n.attr in HOOKS:
           return (f'{name} calls OptimizerDef.{n.attr} of the base class, '
@@ -192,12 +228,10 @@ def _why_not(node, src):
     scope = _scope(table, name)
     own = set(scope.get_locals()) - {'self'}
     used_closure = {n.attr for n in ast.walk(m) if _self_attr(n)}
-    if name == '__init__':  # self.a = a: the local a is the attribute
+    if name == '__init__':  # self.a = ...: the local a is the attribute
       used_closure -= {s.targets[0].attr for s in m.body
                        if isinstance(s, ast.Assign) and len(s.targets) == 1
-                       and _self_attr(s.targets[0])
-                       and isinstance(s.value, ast.Name)
-                       and s.value.id == s.targets[0].attr}
+                       and _self_attr(s.targets[0])}
     clash = sorted(own & used_closure)
     if clash:
       return (f'{name} has a local or parameter {clash[0]} and also reads '
@@ -267,17 +301,18 @@ def _in_super_init(init, name_node):
   return False
 
 
-def analyse(node, code_of, bases_ok):
+def analyse(node, code_of, bases_ok, top_names=()):
   """A ``Plan`` for the class ``node``, or a string saying why not.
 
-  ``bases_ok``: whether its one base is ``OptimizerDef`` itself.
+  ``bases_ok``: whether its one base is ``OptimizerDef`` itself;
+  ``top_names``: the names the file defines at the top level.
   """
   if not bases_ok:
     base = code_of(node.bases[0].value) if node.bases else '?'
     return (f'it derives from {base}, not from OptimizerDef itself (a '
             'built-in optimizer or another definition)')
   src = code_of(node)
-  why = _why_not(node, src)
+  why = _why_not(node, src, top_names)
   if why:
     return why
   params, var_args = ['hyper_params'], False
@@ -374,9 +409,11 @@ def convert(rw, original, updated, plan):
   cls_doc = _docstring(body[0]) if body else None
   if cls_doc is not None:
     body = body[1:]
-  attrs, init, methods = [], None, []
+  attrs, init, methods, nested = [], None, [], []
   for stmt in body:
-    if isinstance(stmt, cst.FunctionDef):
+    if isinstance(stmt, cst.ClassDef):
+      nested.append(stmt)
+    elif isinstance(stmt, cst.FunctionDef):
       if stmt.name.value == '__init__':
         init = stmt
       else:
@@ -442,6 +479,11 @@ def convert(rw, original, updated, plan):
     defined.append(m.name.value)
   hooks = [h for h in ('init_param_state', 'apply_param_gradient',
                        'init_state', 'apply_gradient') if h in defined]
+  # an overridden tree hook replaces the loop the per-parameter one feeds
+  if 'apply_gradient' in hooks and 'apply_param_gradient' in hooks:
+    hooks.remove('apply_param_gradient')
+  if 'init_state' in hooks and 'init_param_state' in hooks:
+    hooks.remove('init_param_state')
   ret = f'return {HELPER}(hyper_params, ' + ', '.join(
       f'{h}={h}' for h in hooks) + ')'
   if len(indent) + len(ret) > 79:
@@ -459,10 +501,28 @@ def convert(rw, original, updated, plan):
   lead = list(updated.leading_lines) + [
       cst.EmptyLine(indent=False, comment=cst.Comment(c)) for c in note]
   name = updated.name.value
-  return cst.FunctionDef(
+  fn = cst.FunctionDef(
       name=updated.name, params=_realign(params, indent, len(f'def {name}(')),
       body=cst.IndentedBlock(body=out), leading_lines=lead,
       lines_after_decorators=updated.lines_after_decorators)
+  if not nested:
+    return fn
+  # classes of the class body: at the top level before the function, and
+  # attributes of it, so that Name.X still reaches them
+  before = []
+  for i, c in enumerate(nested):
+    lines = [cst.EmptyLine(indent=False)] * (1 if i == 0 else 2)
+    before.append(_dedent_class(c, indent).with_changes(leading_lines=lines + [
+        l for l in c.leading_lines if l.comment is not None]))
+  before[0] = before[0].with_changes(leading_lines=list(
+      updated.leading_lines) + list(before[0].leading_lines)[1:])
+  fn = fn.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2 + lead[
+      len(updated.leading_lines):])
+  after = [cst.parse_statement(f'{name}.{c.name.value} = {c.name.value}\n')
+           for c in nested]
+  after[0] = after[0].with_changes(leading_lines=[cst.EmptyLine(
+      indent=False)] * 2)
+  return cst.FlattenSentinel(before + [fn] + after)
 
 
 class _Realign(cst.CSTTransformer):
@@ -487,6 +547,12 @@ def _realign(params, indent, new_column):
   ``def Name(`` (at the top level)."""
   return params.visit(_Realign(len(indent), len(indent) + len(
       'def __init__('), new_column))
+
+
+def _dedent_class(node, indent):
+  """A class of a class body, as a top-level statement."""
+  del indent  # libcst indents by the enclosing block: nothing to change
+  return node
 
 
 def _indent(src):

@@ -164,12 +164,8 @@ class _Scan(cst.CSTVisitor):
 
   def _is_optimizer_def(self, name):
     """Whether a base's dotted name is legacy ``OptimizerDef`` itself."""
-    head, _, attr = (name or '').rpartition('.')
-    full = self.f.imports.get(name or '', '')
-    return (head in self.f.optim_locals and attr == 'OptimizerDef') or (
-        head.startswith(tuple(l + '.' for l in self.f.optim_locals))
-        and name.endswith('.base.OptimizerDef')) or full in (
-            'flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
+    return _qualified(name, self.f.imports) in (
+        'flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
 
   def visit_ClassDef(self, node):
     self._classes += 1
@@ -182,7 +178,8 @@ class _Scan(cst.CSTVisitor):
       full = self.f.imports.get(name or '', '')
       if (head in self.f.optim_locals and (attr == 'OptimizerDef'
                                             or attr in TX_RULES)) or (
-          full.startswith('flax.optim.')) or (name in self.f.user_optdefs):
+          full.startswith('flax.optim.')) or (name in self.f.user_optdefs) or (
+              _qualified(name, self.f.imports).startswith('flax.optim.')):
         self.f.user_optdefs.add(node.name.value)
     self.f.class_bases[node.name.value] = [
         n.split('.')[-1] for n in names if n]
@@ -192,7 +189,7 @@ class _Scan(cst.CSTVisitor):
       else:
         why = optimizer_defs.analyse(
             node, self.code_of, len(names) == 1
-            and self._is_optimizer_def(names[0]))
+            and self._is_optimizer_def(names[0]), self.f.top_names)
       self.f.optdef_plans[node.name.value] = why
 
   def leave_ClassDef(self, node):
@@ -321,6 +318,17 @@ class _Scan(cst.CSTVisitor):
           self.f.loss_fns[v.value] = self.code_of(node.args[0].value.value)
 
 
+def _qualified(name, imports):
+  """``flax.optim.OptimizerDef`` for ``flax.optim.OptimizerDef`` under
+  ``import flax``, ``optim.OptimizerDef`` under ``from flax import optim``
+  ...: a dotted name through the file's imports ('' if none)."""
+  head, _, rest = (name or '').partition('.')
+  full = imports.get(head)
+  if not full:
+    return ''
+  return full + ('.' + rest if rest else '')
+
+
 def _class_name(expr):
   """'CNN' for ``CNN`` / ``CNN.partial(...)`` / ``models.CNN``."""
   if (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
@@ -337,7 +345,28 @@ PROGRAM_WORDS = re.compile(
     r'stochastic|nn\.Model|restore_checkpoint|replicate\(\)')
 
 
+def _top_names(module):
+  """Names a module binds at its top level."""
+  names = set()
+  for stmt in module.body:
+    if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+      names.add(stmt.name.value)
+    elif isinstance(stmt, cst.SimpleStatementLine):
+      for small in stmt.body:
+        if isinstance(small, cst.Assign):
+          names.update(t.target.value for t in small.targets
+                       if isinstance(t.target, cst.Name))
+        elif isinstance(small, (cst.Import, cst.ImportFrom)) and not (
+            isinstance(small.names, cst.ImportStar)):
+          for a in small.names:
+            names.add(a.asname.name.value if a.asname and isinstance(
+                a.asname.name, cst.Name) else (facts_lib.dotted(
+                    a.name) or '').split('.')[0])
+  return names
+
+
 def collect_facts(file_facts, module, code_of):
+  file_facts.top_names = _top_names(module)
   module.visit(_Scan(file_facts, code_of))
   file_facts.program_words = bool(PROGRAM_WORDS.search(module.code))
 
@@ -612,10 +641,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
 
   def is_optimizer_state(self, node):
     """Whether ``node`` names legacy ``flax.optim.OptimizerState``."""
-    if isinstance(node, cst.Name):
-      return self.f.imports.get(node.value) in (
-          'flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
-    return self.is_optim(node) in ('OptimizerState', 'base.OptimizerState')
+    name = facts_lib.dotted(node) if isinstance(
+        node, (cst.Name, cst.Attribute)) else None
+    return _qualified(name, self.f.imports) in (
+        'flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
 
   def _user_class(self, func):
     """(FileFacts, class name) of the user OptimizerDef ``func`` names --
