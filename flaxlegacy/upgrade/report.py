@@ -59,6 +59,9 @@ def summary_text(report):
            f"classes rewritten, {s['rewrites']} rewrites, {s['todos']} TODOs"]
   for e in s['syntax_errors']:
     lines.append(f'  skipped (syntax error): {e}')
+  for c in report.get('shipped', ()):
+    lines.append(f"  helpers copied into {c['path']} (import {c['import']}): "
+                 f"{', '.join(sorted(c['names']))}")
   for path, f in sorted(report['files'].items()):
     for item in f['left']:
       lines.append(f"  TODO {path}:{item['line']}: {item['why']}")
