@@ -13,8 +13,6 @@ pytest) through a ``.pth`` file of plain path lines: such lines only extend
 No network: the wheel is built from the checkout, and pip installs only it.
 """
 
-import contextlib
-import fcntl
 import glob
 import os
 import shutil
@@ -22,25 +20,17 @@ import subprocess
 import sys
 import sysconfig
 
+from tests import parallel
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What the wheel is built from (the rest of the checkout is not packaged).
 _SOURCES = ('setup.py', 'pyproject.toml', 'README.md', 'flaxlegacy')
 
 
-@contextlib.contextmanager
-def _locked(path):
-  with open(path, 'a') as f:
-    fcntl.flock(f, fcntl.LOCK_EX)
-    try:
-      yield
-    finally:
-      fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def build_wheel(root):
   """The flaxlegacy wheel, built once under ``root`` (shared by workers)."""
   os.makedirs(root, exist_ok=True)
-  with _locked(os.path.join(root, 'wheel.lock')):
+  with parallel.locked(os.path.join(root, 'wheel.lock')):
     dist = os.path.join(root, 'dist')
     found = glob.glob(os.path.join(dist, 'flaxlegacy-*.whl'))
     if found:
@@ -108,7 +98,7 @@ def make_venv(root, wheel, python=sys.executable, with_packages=True):
   line (only for an interpreter of the same version as this one).
   """
   os.makedirs(os.path.dirname(root) or '.', exist_ok=True)
-  with _locked(root + '.lock'):
+  with parallel.locked(root + '.lock'):
     if not os.path.exists(os.path.join(root, 'ready')):
       shutil.rmtree(root, ignore_errors=True)
       subprocess.run([python, '-m', 'venv', '--without-pip', root],
@@ -129,7 +119,4 @@ def make_venv(root, wheel, python=sys.executable, with_packages=True):
   return Venv(root)
 
 
-def shared_root(tmp_path_factory):
-  """A folder all xdist workers of this run share."""
-  base = tmp_path_factory.getbasetemp()
-  return str(base.parent if os.environ.get('PYTEST_XDIST_WORKER') else base)
+shared_root = parallel.shared_root

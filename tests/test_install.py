@@ -20,8 +20,6 @@ import pytest
 
 from tests import installed
 
-pytestmark = pytest.mark.xdist_group('installed')
-
 LEGACY_OUTPUT = "['Dense_0', 'Dense_1']"
 # Legacy random.split(PRNGKey(0))[0] (the legacy PRNG policy is on).
 LEGACY_SPLIT0 = '[4146024105  967050713]'
