@@ -9,12 +9,16 @@ of links to every entry of this environment's site-packages except
 flaxlegacy's own (its package, its dist-info and its start-up ``.pth``
 files: ``.pth`` files of a directory added by a path line are not run
 anyway).  The checkout is on no path of it; ``make`` checks that
-``import flaxlegacy`` fails there.
+``import flaxlegacy`` fails there.  (tests/installed.py builds the
+opposite, flaxlegacy's wheel installed into such a venv, the same way.)
 """
 
 import os
+import shutil
 import subprocess
 import sys
+
+from tests import parallel
 
 
 def _site_packages():
@@ -37,14 +41,32 @@ def env(**extra):
 
 
 def make(root):
-  """Builds the environment under ``root``; returns its python."""
+  """The environment under ``root`` (built by the first caller; parallel
+  workers share it, tests/parallel.py); returns its python."""
   root = os.fspath(root)
-  venv = os.path.join(root, 'venv')
-  subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv],
-                 check=True, capture_output=True, timeout=120)
+  os.makedirs(os.path.dirname(root) or '.', exist_ok=True)
+  with parallel.locked(root + '.lock'):
+    ready = os.path.join(root, 'ready')
+    if not os.path.exists(ready):
+      shutil.rmtree(root, ignore_errors=True)
+      os.makedirs(root)
+      _build(root)
+      open(ready, 'w').close()
+  return _python(os.path.join(root, 'venv'))
+
+
+def _python(venv):
   python = os.path.join(venv, 'bin', 'python')
   if not os.path.exists(python):
     python = os.path.join(venv, 'Scripts', 'python.exe')
+  return python
+
+
+def _build(root):
+  venv = os.path.join(root, 'venv')
+  subprocess.run([sys.executable, '-m', 'venv', '--without-pip', venv],
+                 check=True, capture_output=True, timeout=120)
+  python = _python(venv)
   links = os.path.join(root, 'site-packages')
   os.makedirs(links)
   src = _site_packages()
@@ -65,4 +87,3 @@ def make(root):
   if check.stdout.strip() != 'absent':
     raise RuntimeError('the environment without flaxlegacy is not: '
                        f'{check.stdout} {check.stderr[-2000:]}')
-  return python
