@@ -36,9 +36,16 @@ def flaxlegacy_outside_comments(root):
       path = os.path.join(dirpath, f)
       with open(path, encoding='utf-8') as fh:
         text = fh.read()
-      for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-        if tok.type != tokenize.COMMENT and 'flaxlegacy' in tok.string:
-          found.append((os.path.relpath(path, root), tok.start[0]))
+      rel = os.path.relpath(path, root)
+      try:
+        for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+          if tok.type != tokenize.COMMENT and 'flaxlegacy' in tok.string:
+            found.append((rel, tok.start[0]))
+      except (tokenize.TokenError, SyntaxError):
+        # a file that does not tokenize (one broken upstream, copied as
+        # it was): lines, each up to its '#'
+        found += [(rel, i + 1) for i, line in enumerate(text.splitlines())
+                  if 'flaxlegacy' in line.split('#')[0]]
   return found
 
 
