@@ -408,7 +408,7 @@ def _home_of(d, root, prefix):
 # --- rewriting the imports -------------------------------------------------
 
 
-def _import_lines(home, module_name, used_module, local, names=None):
+def _import_lines(home, module_name, local, names=None):
   """Import statement sources binding what the flaxlegacy import bound."""
   if names is None:  # a helper module bound to ``local``
     if home.how == 'bare':
@@ -419,7 +419,6 @@ def _import_lines(home, module_name, used_module, local, names=None):
         '' if local == module_name else f' as {local}')]
   mod = {'bare': module_name, 'relative': f'.{module_name}',
          'package': f'{home.package}.{module_name}'}[home.how]
-  del used_module
   return [f'from {mod} import {", ".join(names)}']
 
 
@@ -441,7 +440,7 @@ class _Imports(cst.CSTTransformer):
           name = _dotted(a.name)
           local = a.asname.name.value if a.asname else name
           if f'{mod}.{name}' in MODULES:
-            lines += _import_lines(self.home, self.module_name, name, local)
+            lines += _import_lines(self.home, self.module_name, local)
           else:
             keep.append(a)
         if not lines:
@@ -454,15 +453,14 @@ class _Imports(cst.CSTTransformer):
         names = [_dotted(a.name) + (f' as {a.asname.name.value}'
                                     if a.asname else '')
                  for a in stmt.names]
-        lines = _import_lines(self.home, self.module_name,
-                              _helper_module(mod), None, names)
+        lines = _import_lines(self.home, self.module_name, None, names)
         return [cst.parse_statement(l + '\n').body[0] for l in lines]
     if isinstance(stmt, cst.Import):
       keep, lines = [], []
       for a in stmt.names:
         m = _helper_module(_dotted(a.name))
         if m and a.asname:
-          lines += _import_lines(self.home, self.module_name, m,
+          lines += _import_lines(self.home, self.module_name,
                                  a.asname.name.value)
         else:
           keep.append(a)

@@ -14,6 +14,9 @@ user's own file, a function of the constructor's parameters:
   ``a = v``), then every method as a nested function without ``self``
   (``self.hyper_params`` / ``self.a`` / ``self.method(...)`` -> the
   closure's names), class attributes first;
+* classes in the class body (ViT's ``HyperParams`` / ``State``) move to the
+  top level before it and become attributes of it (``Name.X`` still
+  works);
 * it returns ``legacy_optax.from_optimizer_def(hyper_params,
   init_param_state=..., apply_param_gradient=...)``: the base class's loop
   as plain optax (flaxlegacy.migrate.legacy_optax, copied into the tree),
@@ -512,7 +515,8 @@ def convert(rw, original, updated, plan):
   before = []
   for i, c in enumerate(nested):
     lines = [cst.EmptyLine(indent=False)] * (1 if i == 0 else 2)
-    before.append(_dedent_class(c, indent).with_changes(leading_lines=lines + [
+    # (libcst indents a statement by its block: the class moves as it is)
+    before.append(c.with_changes(leading_lines=lines + [
         l for l in c.leading_lines if l.comment is not None]))
   before[0] = before[0].with_changes(leading_lines=list(
       updated.leading_lines) + list(before[0].leading_lines)[1:])
@@ -547,12 +551,6 @@ def _realign(params, indent, new_column):
   ``def Name(`` (at the top level)."""
   return params.visit(_Realign(len(indent), len(indent) + len(
       'def __init__('), new_column))
-
-
-def _dedent_class(node, indent):
-  """A class of a class body, as a top-level statement."""
-  del indent  # libcst indents by the enclosing block: nothing to change
-  return node
 
 
 def _indent(src):
