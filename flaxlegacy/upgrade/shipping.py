@@ -29,7 +29,7 @@ import collections
 import dataclasses
 import os
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
 import libcst as cst
 
