@@ -41,7 +41,8 @@ records the upgrade's summary (files, TODOs, upgrade.json) and then runs the
 same test files from the upgraded tree with --upgraded-python, an
 environment where flaxlegacy is not installed (checked before each codebase:
 `import flaxlegacy` must fail there), with FLAXLEGACY=off and nothing of
-flaxlegacy on PYTHONPATH. `--upgraded-path DIR` puts DIR first on its
+flaxlegacy on PYTHONPATH (the upgraded tree carries the helpers it uses,
+legacy_helpers.py). `--upgraded-path DIR` puts DIR first on its
 PYTHONPATH (e.g. a flaxlegacy checkout, to measure output that still needs
 flaxlegacy's shipped modules); the records say which.
 `--side both` still means flaxlegacy and oracle; `--side all` adds upgraded.
