@@ -3,30 +3,48 @@
 under the legacy oracle, and record every test's outcome on both sides; a
 third side runs them from the codebase as `flaxlegacy upgrade` rewrote it.
 
-Not run by CI (slow, needs local snapshots and two extra virtualenvs).
-docs/corpus.md says what the corpus is, how to set it up, and what it found.
+Not run by CI (slow, needs local snapshots and extra virtualenvs).
+benchmarks/corpus/README.md says how to set it up and rerun it;
+docs/corpus.md says what the corpus is and what it found.
 
     python benchmarks/corpus/run_corpus.py                  # everything, resumable
     python benchmarks/corpus/run_corpus.py --only rigl --side flaxlegacy --force
     python benchmarks/corpus/run_corpus.py --report         # merge + summary only
 
-Each codebase (benchmarks/corpus/corpus.json) is extracted at its pinned
-commit from a local bare mirror (`git archive`, no network), then each of its
-test files runs unchanged as `python -m pytest FILE` in a process of its own,
-one at a time, with a per-file timeout; the outcome of every test case comes
-from pytest's JUnit XML. One JSON per (codebase, side, file) lands under
---results, so an interrupted run resumes where it stopped (--force reruns).
+Everything it needs lives under one cache directory (--cache-dir; default
+$FLAXLEGACY_CORPUS_CACHE, else $XDG_CACHE_HOME/flaxlegacy-corpus, else
+~/.cache/flaxlegacy-corpus):
+
+    CACHE/mirrors/<owner>+<name>/repo   bare git mirrors of the codebases
+    CACHE/envs/flaxlegacy               the flaxlegacy side's interpreter
+    CACHE/envs/oracle-0.3.5, -0.3.6     the legacy oracle's interpreters
+    CACHE/envs/upgraded                 the upgraded side's: no flaxlegacy
+    CACHE/work                          extracted codebases, TFDS data, tmp
+
+(setup_envs.sh builds the envs there; every path can also be given on its
+own.)  Each codebase (benchmarks/corpus/corpus.json) is extracted at its
+pinned commit from its local bare mirror (`git archive`, no network), then
+each of its test files runs unchanged as `python -m pytest FILE` in a process
+of its own, one at a time, with a per-file timeout; the outcome of every test
+case comes from pytest's JUnit XML. One JSON per (codebase, side, file) lands
+under --results, so an interrupted run resumes where it stopped (--force
+reruns).
 
 The sides are parameters: --flaxlegacy-python / --flaxlegacy-path (the
-checkout put first on PYTHONPATH) / --flaxlegacy-env KEY=VAL, and
---oracle-python VERSION=PYTHON for each legacy Flax version a codebase asks
-for (0.3.5 for `from flax import nn`).
+checkout put first on PYTHONPATH; default: the checkout holding this file) /
+--flaxlegacy-env KEY=VAL, and --oracle-python VERSION=PYTHON for each legacy
+Flax version a codebase asks for (0.3.5 for `from flax import nn`).
 
 The third side, `--side upgraded`, runs `python -m flaxlegacy upgrade SRC
 --out WORK/name/upgraded` with the flaxlegacy side's python and checkout,
 records the upgrade's summary (files, TODOs, upgrade.json) and then runs the
-same test files from the upgraded tree with FLAXLEGACY=off (the layer is not
-installed; flaxlegacy stays importable for the linen modules it ships).
+same test files from the upgraded tree with --upgraded-python, an
+environment where flaxlegacy is not installed (checked before each codebase:
+`import flaxlegacy` must fail there), with FLAXLEGACY=off and nothing of
+flaxlegacy on PYTHONPATH (the upgraded tree carries the helpers it uses,
+legacy_helpers.py). `--upgraded-path DIR` puts DIR first on its
+PYTHONPATH (e.g. a flaxlegacy checkout, to measure output that still needs
+flaxlegacy's shipped modules); the records say which.
 `--side both` still means flaxlegacy and oracle; `--side all` adds upgraded.
 """
 
@@ -46,6 +64,7 @@ import time
 import xml.etree.ElementTree as ET
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+CHECKOUT = os.path.dirname(os.path.dirname(HERE))   # this flaxlegacy checkout
 DEFAULT_CORPUS = os.path.join(HERE, 'corpus.json')
 DEFAULT_RESULTS = os.path.join(HERE, 'results')
 SIDES = ('flaxlegacy', 'oracle')   # the pair the classes below compare
@@ -84,28 +103,75 @@ def load_corpus(path):
   return corpus
 
 
-def mirror_dir(corpus, cb, mirror_root):
-  return os.path.join(cb.get('mirror_root', mirror_root), cb['mirror'], 'repo')
+def default_cache_dir():
+  """$FLAXLEGACY_CORPUS_CACHE, $XDG_CACHE_HOME/flaxlegacy-corpus or
+  ~/.cache/flaxlegacy-corpus (setup_envs.sh uses the same rule)."""
+  if os.environ.get('FLAXLEGACY_CORPUS_CACHE'):
+    return os.environ['FLAXLEGACY_CORPUS_CACHE']
+  xdg = os.environ.get('XDG_CACHE_HOME') or os.path.join(
+      os.path.expanduser('~'), '.cache')
+  return os.path.join(xdg, 'flaxlegacy-corpus')
+
+
+def _git(gitdir, *argv):
+  return subprocess.run(['git', '--git-dir', gitdir] + list(argv),
+                        capture_output=True, text=True)
+
+
+def mirror_dir(cb, args):
+  """The first ROOT/<owner>+<name>/repo (or ROOT/<owner>+<name>, bare) under
+  the --mirror-root list that is a git directory."""
+  tried = []
+  for root in args.mirror_root:
+    for d in (os.path.join(root, cb['mirror'], 'repo'),
+              os.path.join(root, cb['mirror'])):
+      tried.append(d)
+      if os.path.isdir(os.path.join(d, 'objects')):
+        return d
+  url = 'https://github.com/%s' % cb['repo']
+  how = ('git clone --bare %s %s' % (url, tried[0]))
+  if cb.get('rebuilt'):
+    how = ('git clone --bare --filter=blob:none %s %s   (a partial clone: '
+           'the monorepo is large), or rebuild the snapshot as '
+           'benchmarks/corpus/README.md says' % (url, tried[0]))
+  raise SystemExit('%s: no local mirror of %s (looked in %s); make one with:\n'
+                   '  %s' % (cb['name'], cb['repo'], ', '.join(tried), how))
+
+
+def resolve_rev(cb, gitdir):
+  """(rev, rebuilt): the pinned commit itself where the mirror has it (a
+  clone of the upstream repository), else the snapshot rebuilt from the tool
+  library's file index, ref refs/rebuilt/<commit> (README.md: snapshots)."""
+  commit = cb['commit']
+  if _git(gitdir, 'cat-file', '-e', commit + '^{commit}').returncode == 0:
+    return commit, False
+  ref = 'refs/rebuilt/' + commit
+  if _git(gitdir, 'rev-parse', '--verify', '-q', ref).returncode == 0:
+    return ref, True
+  raise SystemExit('%s: mirror %s has neither commit %s nor %s (fetch it '
+                   'again, or rebuild the snapshot)' % (cb['name'], gitdir,
+                                                        commit, ref))
 
 
 def extract(cb, corpus, args):
   """Extracts cb's paths at its commit into WORK/name/src (idempotent)."""
+  del corpus
   dest = os.path.join(args.workdir, cb['name'], 'src')
   stamp = os.path.join(args.workdir, cb['name'], 'EXTRACTED')
-  want = '%s %s' % (cb['commit'], ' '.join(cb['paths']))
+  gitdir = mirror_dir(cb, args)
+  rev, rebuilt = resolve_rev(cb, gitdir)
+  tree = _git(gitdir, 'rev-parse', rev + '^{tree}').stdout.strip()
+  want = '%s %s %s' % (cb['commit'], tree, ' '.join(cb['paths']))
+  cb['_snapshot'] = {'rev': rev, 'tree': tree, 'rebuilt': rebuilt}
   if os.path.exists(stamp) and open(stamp).read() == want:
     return dest
   if os.path.exists(dest):
     shutil.rmtree(dest)
   os.makedirs(dest)
-  gitdir = mirror_dir(corpus, cb, args.mirror_root)
-  if not os.path.isdir(gitdir):
-    raise SystemExit('%s: no local mirror at %s (fetch github:%s first)'
-                     % (cb['name'], gitdir, cb['repo']))
   target = os.path.join(dest, cb.get('prefix', ''))
   os.makedirs(target, exist_ok=True)
   data = subprocess.run(
-      ['git', '--git-dir', gitdir, 'archive', cb['commit'], '--'] +
+      ['git', '--git-dir', gitdir, 'archive', rev, '--'] +
       cb['paths'], check=True, capture_output=True).stdout
   with tarfile.open(fileobj=io.BytesIO(data)) as tar:
     tar.extractall(target, filter='data')
@@ -125,12 +191,13 @@ def test_files(cb, src):
 def side_command(side, cb, args):
   """(python, extra PYTHONPATH entries first, extra env) for one side."""
   if side == 'flaxlegacy':
-    return (args.flaxlegacy_python, [args.flaxlegacy_path],
-            parse_kv(args.flaxlegacy_env))
+    env = dict(cb.get('flaxlegacy_env', {}))   # e.g. pure linen: FLAXLEGACY=on
+    env.update(parse_kv(args.flaxlegacy_env))
+    return args.flaxlegacy_python, [args.flaxlegacy_path], env
   if side == UPGRADED:
     env = {'FLAXLEGACY': 'off'}
     env.update(parse_kv(args.upgraded_env))
-    return args.flaxlegacy_python, [args.flaxlegacy_path], env
+    return args.upgraded_python, list(args.upgraded_path or ()), env
   version = cb.get('oracle', '0.3.5')
   pythons = parse_kv(args.oracle_python)
   if version not in pythons:
@@ -186,6 +253,7 @@ def parse_junit(path, relfile):
 
 def run_file(cb, side, relfile, src, args):
   python, pre_path, extra_env = side_command(side, cb, args)
+  check_python(python, '%s side (%s)' % (side, cb['name']))
   env = dict(os.environ)
   for k in ('PYTHONPATH', 'XLA_FLAGS', 'FLAXLEGACY', 'VIRTUAL_ENV'):
     env.pop(k, None)
@@ -237,6 +305,10 @@ def run_file(cb, side, relfile, src, args):
             'python': python, 'env': dict(extra_env)}
   if side in ('flaxlegacy', UPGRADED):
     record['flaxlegacy_commit'] = commit
+  if side == UPGRADED:
+    record['pythonpath_first'] = list(pre_path)
+  if cb.get('_snapshot'):
+    record['snapshot'] = cb['_snapshot']
   if not timed_out and os.path.exists(xml):
     record['cases'] = parse_junit(xml, relfile)
   else:
@@ -247,6 +319,32 @@ def run_file(cb, side, relfile, src, args):
     record['cases'] = [{'id': relfile + '::<collection>', 'outcome': 'error',
                         'detail': why}]
   return record
+
+
+def check_python(python, what):
+  if not (os.path.isfile(python) and os.access(python, os.X_OK)):
+    raise SystemExit('%s: no interpreter at %s (build the environments with '
+                     'benchmarks/corpus/setup_envs.sh, or pass the option)'
+                     % (what, python))
+
+
+def flaxlegacy_importable(args):
+  """Whether `import flaxlegacy` works on the upgraded side as it runs the
+  tests (same interpreter, same PYTHONPATH; cwd outside any checkout)."""
+  env = dict(os.environ)
+  for k in ('PYTHONPATH', 'FLAXLEGACY', 'VIRTUAL_ENV'):
+    env.pop(k, None)
+  if args.upgraded_path:
+    env['PYTHONPATH'] = os.pathsep.join(args.upgraded_path)
+  proc = subprocess.run(
+      [args.upgraded_python, '-c',
+       'import importlib.util, sys; '
+       'sys.exit(0 if importlib.util.find_spec("flaxlegacy") else 3)'],
+      env=env, cwd=args.workdir, capture_output=True, text=True)
+  if proc.returncode not in (0, 3):
+    raise SystemExit('upgraded side: %s does not start: %s' % (
+        args.upgraded_python, proc.stderr[-1000:]))
+  return proc.returncode == 0
 
 
 def _checkout_commit(path):
@@ -319,6 +417,19 @@ def upgrade_tree(cb, src, args):
 
 
 def cmd_run(corpus, args):
+  sides = {'both': SIDES, 'all': ALL_SIDES}.get(args.side, (args.side,))
+  os.makedirs(args.workdir, exist_ok=True)
+  # The flaxlegacy side's interpreter also prepares the TFDS data and runs
+  # the upgrade.
+  check_python(args.flaxlegacy_python, 'flaxlegacy side')
+  if UPGRADED in sides:
+    check_python(args.upgraded_python, 'upgraded side')
+    args.upgraded_has_flaxlegacy = flaxlegacy_importable(args)
+    if args.upgraded_has_flaxlegacy and not args.upgraded_path:
+      raise SystemExit(
+          'upgraded side: flaxlegacy is importable with %s; the upgraded '
+          'tree must run where it is not installed (setup_envs.sh builds '
+          'CACHE/envs/upgraded without it)' % args.upgraded_python)
   prepare_data(args)
   for cb in corpus['codebases']:
     if args.only and cb['name'] not in args.only:
@@ -329,7 +440,6 @@ def cmd_run(corpus, args):
       files = [f for f in files if any(fnmatch.fnmatch(f, g)
                                        for g in args.files)]
     skip = cb.get('skip_files', {})
-    sides = {'both': SIDES, 'all': ALL_SIDES}.get(args.side, (args.side,))
     upgraded = None   # (tree, summary), made once, when a file needs it
     for relfile in files:
       for side in sides:
@@ -347,6 +457,7 @@ def cmd_run(corpus, args):
             record = run_file(cb, side, relfile, upgraded[0], args)
             record['upgrade'] = {k: upgraded[1][k] for k in (
                 'files', 'files_changed', 'todos', 'upgrade_json')}
+            record['flaxlegacy_importable'] = args.upgraded_has_flaxlegacy
           else:
             record = run_file(cb, side, relfile, src, args)
           counts = {}
@@ -356,6 +467,15 @@ def cmd_run(corpus, args):
         os.makedirs(os.path.dirname(out), exist_ok=True)
         with open(out, 'w') as f:
           json.dump(record, f, indent=1, sort_keys=True)
+
+
+_ADDRESS = re.compile(r' at 0x[0-9a-fA-F]+')
+
+
+def _stable_id(test_id):
+  """A test id without object addresses (absltest parameterized names carry
+  `<function f at 0x7f...>`, different in every process)."""
+  return _ADDRESS.sub('', test_id)
 
 
 def _side_records(args, cb, side, files):
@@ -368,6 +488,8 @@ def _side_records(args, cb, side, files):
                                             side, '*.json'))):
     with open(path) as f:
       rec = json.load(f)
+    for case in rec['cases']:
+      case['id'] = _stable_id(case['id'])
     fi = files.setdefault(rec['file'], {})
     if 'skipped_file' in rec:
       fi['skipped'] = rec['skipped_file']
@@ -615,14 +737,23 @@ def _markdown_upgraded(res):
   return out
 
 
-def main(argv=None):
+def parse_args(argv=None):
+  """The options, every default resolved (under the cache dir or this
+  checkout; nothing of a particular machine)."""
   p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
   p.add_argument('--corpus', default=DEFAULT_CORPUS)
   p.add_argument('--results', default=DEFAULT_RESULTS)
-  p.add_argument('--workdir', default='/tmp/flaxlegacy-corpus',
-                 help='where codebases are extracted and run')
-  p.add_argument('--mirror-root', default='/work/.mirror',
-                 help='local bare mirrors, one per repo: ROOT/owner+name/repo')
+  p.add_argument('--cache-dir', default=None,
+                 help='where mirrors, environments and work files live '
+                 '(default: $FLAXLEGACY_CORPUS_CACHE, else '
+                 '$XDG_CACHE_HOME/flaxlegacy-corpus, else '
+                 '~/.cache/flaxlegacy-corpus)')
+  p.add_argument('--workdir', default=None,
+                 help='where codebases are extracted and run '
+                 '(default CACHE/work)')
+  p.add_argument('--mirror-root', action='append', default=None,
+                 help='directory of bare mirrors, ROOT/owner+name/repo '
+                 '(repeat to search several; default CACHE/mirrors)')
   p.add_argument('--only', action='append', help='codebase name (repeat)')
   p.add_argument('--files', action='append',
                  help='glob over a codebase\'s test file paths (repeat)')
@@ -632,15 +763,23 @@ def main(argv=None):
   p.add_argument('--force', action='store_true',
                  help='rerun files that already have a result')
   p.add_argument('--timeout', type=int, default=600, help='seconds per file')
-  p.add_argument('--flaxlegacy-python', default='/work/flx-corpus/bin/python')
-  p.add_argument('--flaxlegacy-path', default='/work/main',
-                 help='flaxlegacy checkout put first on PYTHONPATH')
+  p.add_argument('--flaxlegacy-python', default=None,
+                 help='default CACHE/envs/flaxlegacy/bin/python')
+  p.add_argument('--flaxlegacy-path', default=CHECKOUT,
+                 help='flaxlegacy checkout put first on PYTHONPATH (default: '
+                 'the checkout holding this script)')
   p.add_argument('--flaxlegacy-env', action='append',
                  help='KEY=VALUE for the flaxlegacy side, e.g. FLAXLEGACY=on')
   p.add_argument('--oracle-python', action='append',
-                 default=None, help='VERSION=PYTHON, e.g. '
-                 '0.3.5=/work/oracle-corpus/bin/python')
+                 default=None, help='VERSION=PYTHON (repeat; default '
+                 '0.3.5=CACHE/envs/oracle-0.3.5/bin/python and 0.3.6 alike)')
   p.add_argument('--oracle-env', action='append')
+  p.add_argument('--upgraded-python', default=None,
+                 help='interpreter without flaxlegacy for the upgraded tree '
+                 '(default CACHE/envs/upgraded/bin/python)')
+  p.add_argument('--upgraded-path', action='append', default=None,
+                 help='put DIR first on the upgraded side\'s PYTHONPATH '
+                 '(repeat; none by default)')
   p.add_argument('--upgraded-env', action='append',
                  help='KEY=VALUE for the upgraded side (FLAXLEGACY=off is '
                  'always set first)')
@@ -650,10 +789,26 @@ def main(argv=None):
                  help='also write the per-codebase outcome lists (the '
                  'generated part of docs/corpus.md) to PATH')
   args = p.parse_args(argv)
+  args.cache_dir = os.path.abspath(args.cache_dir or default_cache_dir())
+  envs = os.path.join(args.cache_dir, 'envs')
   if not args.oracle_python:
-    args.oracle_python = ['0.3.5=/work/oracle-corpus/bin/python',
-                          '0.3.6=/work/oracle-corpus-0.3.6/bin/python']
-  args.workdir = os.path.abspath(args.workdir)
+    args.oracle_python = ['%s=%s' % (v, os.path.join(envs, 'oracle-' + v,
+                                                      'bin', 'python'))
+                          for v in ('0.3.5', '0.3.6')]
+  args.flaxlegacy_python = args.flaxlegacy_python or os.path.join(
+      envs, 'flaxlegacy', 'bin', 'python')
+  args.upgraded_python = args.upgraded_python or os.path.join(
+      envs, 'upgraded', 'bin', 'python')
+  args.mirror_root = [os.path.abspath(r) for r in (
+      args.mirror_root or [os.path.join(args.cache_dir, 'mirrors')])]
+  args.workdir = os.path.abspath(args.workdir or os.path.join(
+      args.cache_dir, 'work'))
+  args.flaxlegacy_path = os.path.abspath(args.flaxlegacy_path)
+  return args
+
+
+def main(argv=None):
+  args = parse_args(argv)
   corpus = load_corpus(args.corpus)
   if not args.report:
     cmd_run(corpus, args)

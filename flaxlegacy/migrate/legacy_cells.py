@@ -28,7 +28,7 @@ is still being imported.
 
 from typing import Optional
 
-from flax.linen import recurrent as nn
+from flax.linen import recurrent as linen_recurrent
 
 
 def _hidden(features, h, cls):
@@ -39,7 +39,7 @@ def _hidden(features, h, cls):
   return size
 
 
-class LSTMCell(nn.LSTMCell):
+class LSTMCell(linen_recurrent.LSTMCell):
   """``nn.LSTMCell`` whose ``features`` defaults to the carry's size."""
   features: Optional[int] = None
 
@@ -48,7 +48,7 @@ class LSTMCell(nn.LSTMCell):
     return super().__call__(carry, inputs)
 
 
-class OptimizedLSTMCell(nn.OptimizedLSTMCell):
+class OptimizedLSTMCell(linen_recurrent.OptimizedLSTMCell):
   """``nn.OptimizedLSTMCell`` whose ``features`` defaults to the carry's."""
   features: Optional[int] = None
 
@@ -57,7 +57,7 @@ class OptimizedLSTMCell(nn.OptimizedLSTMCell):
     return super().__call__(carry, inputs)
 
 
-class GRUCell(nn.GRUCell):
+class GRUCell(linen_recurrent.GRUCell):
   """``nn.GRUCell`` whose ``features`` defaults to the carry's size."""
   features: Optional[int] = None
 
@@ -66,5 +66,5 @@ class GRUCell(nn.GRUCell):
     return super().__call__(carry, inputs)
 
 
-class ConvLSTM(nn.ConvLSTMCell):
+class ConvLSTM(linen_recurrent.ConvLSTMCell):
   """flax 0.3 linen's ``ConvLSTM``: today's ``ConvLSTMCell``, same name."""

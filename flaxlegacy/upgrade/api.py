@@ -9,6 +9,7 @@ import sys
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import shipping
 from flaxlegacy.upgrade import transform
 
 
@@ -191,7 +192,9 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
   for sf in files:
     with open(sf.path, encoding='utf-8') as fh:
       sf.code = fh.read()
-    if _may_need_rewrite(sf.code, markers):
+    if sf.code.startswith(shipping.HEADER):
+      sf.new_code = sf.code  # a helper copy an earlier upgrade wrote
+    elif _may_need_rewrite(sf.code, markers):
       _parse(sf)
     else:  # nothing any rule looks for; still name a syntax error
       try:
@@ -202,20 +205,29 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
         sf.report.error = sf.error
   codebase = _analyse(files, names)
   _transform_all(files, codebase)
+  # the flaxlegacy helpers the tree uses, copied into it
+  shipped = shipping.ship(files)
+  added = [s for s in shipped if s.source_file is None]
   changed = [sf for sf in files if sf.new_code is not None
              and sf.new_code != sf.code]
-  report = report_lib.build(files, codebase)
+  report = report_lib.build(files, codebase, shipped)
   status = 0
   if diff:
     for sf in changed:
       stdout.write(''.join(difflib.unified_diff(
           sf.code.splitlines(True), sf.new_code.splitlines(True),
           fromfile=sf.path, tofile=sf.path)))
-    status = 1 if changed else 0
+    for s in added:
+      stdout.write(''.join(difflib.unified_diff(
+          [], s.code.splitlines(True), fromfile='/dev/null', tofile=s.path)))
+    status = 1 if changed or added else 0
   elif in_place:
     for sf in changed:
       with open(sf.path, 'w', encoding='utf-8') as fh:
         fh.write(sf.new_code)
+    for s in added:
+      with open(s.path, 'w', encoding='utf-8') as fh:
+        fh.write(s.code)
   elif out is not None:
     for sf in files + others:
       dst = os.path.join(out, sf.rel)
@@ -225,6 +237,11 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
           fh.write(sf.new_code)
       else:
         shutil.copy2(sf.path, dst)
+    for s in added:
+      dst = os.path.join(out, s.rel)
+      os.makedirs(os.path.dirname(dst) or '.', exist_ok=True)
+      with open(dst, 'w', encoding='utf-8') as fh:
+        fh.write(s.code)
   if verify and not diff:
     from flaxlegacy.upgrade import verify as verify_lib  # pylint: disable=g-import-not-at-top
     root = out if out is not None else None

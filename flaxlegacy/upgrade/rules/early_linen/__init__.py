@@ -18,6 +18,8 @@ on today's linen with ``FLAXLEGACY=off``:
 * ``attention``: the mask as third positional argument -> ``mask=``.
 * ``early_stopping``: ``has_improved, state = state.update(m)`` -> two
   statements.
+* ``removed_modules``: ``from jax.lib import xla_client`` keeps a TODO
+  (nothing in today's JAX has its names).
 * ``keys``: flax 0.3 derived parameter keys differently; nothing in the
   source can change that, so a file that the rules above rewrote (it is
   early linen, not linen the upgrade wrote from ``flax.nn``) and that
@@ -35,15 +37,17 @@ from flaxlegacy.upgrade.rules.early_linen import frozendict
 from flaxlegacy.upgrade.rules.early_linen import initializers
 from flaxlegacy.upgrade.rules.early_linen import keys
 from flaxlegacy.upgrade.rules.early_linen import param_override
+from flaxlegacy.upgrade.rules.early_linen import removed_modules
 
 # Rules that add lines (statements, TODO comments) last, so that the
 # report's line numbers are those of the file as written.
 RULES = (initializers, frozendict, param_override, attention, carries,
-         early_stopping, keys)
+         early_stopping, removed_modules, keys)
 
 
 # Substrings without which a file has nothing for these rules (api.py).
 MARKERS = ('initialize_carry', 'LSTMCell', 'GRUCell', 'ConvLSTM', '_init',
+           'xla_client',
            'unfreeze', '.pop(', '.copy(', 'pretty_repr', 'def param(',
            'MultiHeadDotProductAttention', 'early_stopping', '.init(')
 # What a file must import for the rules to look at it: today's flax API
@@ -55,8 +59,8 @@ _FLAX_TODAY = ('flax.linen', 'flax.core', 'flax.training', 'flax.struct',
 def run(file_facts, report, module):
   """The module with early-linen code rewritten (the same object if none).
 
-  Runs on the file as written, before the legacy rules, and only on files
-  that import today's flax API (``_FLAX_TODAY``, or ``import flax``).
+  Runs after the legacy rules, with the imports as written, and only on
+  files that import today's flax API (``_FLAX_TODAY``, or ``import flax``).
   """
   names = _common.LinenNames(file_facts.imports)
   rules = RULES
@@ -64,7 +68,8 @@ def run(file_facts, report, module):
           file_facts.imports.get('flax') == 'flax'):
     if not names.imports_module('jax'):
       return module
-    rules = (initializers,)  # a JAX module of initializers for linen layers
+    # a JAX module: its initializers for linen layers, removed JAX modules
+    rules = (initializers, removed_modules)
   code = module.code
   needed = set()
   rewrote = len(report.rewritten)
