@@ -1,8 +1,8 @@
 """Early-linen (flax 0.3.x) models, written as 2021 code wrote them.
 
 The same file runs under flax 0.3.6 (``record_flax036.py``, on the oracle)
-and under flaxlegacy (``tests/test_early_linen.py``): cells without
-``features``, ``initialize_carry`` as the static method, a two-argument
+and under the compatibility layer (``tests/test_early_linen.py``): cells
+without ``features``, ``initialize_carry`` as the static method, a two-argument
 initializer, a ``param`` override without ``param_dtype``, attention with a
 positional mask.  ``record()`` initialises each model from ``PRNGKey(0)``
 and applies it, and returns every variable and output by name.

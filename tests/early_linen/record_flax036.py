@@ -8,7 +8,7 @@ repository root:
 It initialises and applies every model of ``models.py`` from ``PRNGKey(0)``
 and writes each variable and output (float32 values as exact decimal
 strings).  CI has no oracle: the file is committed, and
-tests/test_early_linen.py compares flaxlegacy's numbers with it.
+tests/test_early_linen.py compares the layer's numbers with it.
 """
 
 import json
