@@ -126,8 +126,10 @@ def legacy(spec, out):
 
 def _legacy_one(mod, spec):
   import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import nn  # pylint: disable=g-import-not-at-top
   from flaxlegacy.migrate import names  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
   module = getattr(mod, spec['class']).partial(**_tuples(spec['hyper']))
   inputs = _inputs(spec['inputs'], spec['seed'])
   with nn.stateful() as state:
@@ -136,9 +138,11 @@ def _legacy_one(mod, spec):
       # initialisation (weight norm) needs values.
       _, params = module.init(jax.random.PRNGKey(spec['seed']), *inputs)
   leaves, treedef = jax.tree_util.tree_flatten(params)
-  keys = jax.random.split(jax.random.PRNGKey(spec['seed'] + 7), len(leaves))
-  leaves = [p + spec['perturb'] * jax.random.normal(k, p.shape, p.dtype)
-            for p, k in zip(leaves, keys)]
+  # The noise comes from NumPy: jax.random would compile one program per
+  # parameter shape (seconds for a ResNet), for numbers nothing depends on.
+  noise = np.random.RandomState(spec['seed'] + 7)
+  leaves = [jnp.asarray(np.asarray(p) + (spec['perturb'] * noise.normal(
+      size=np.shape(p))).astype(np.asarray(p).dtype)) for p in leaves]
   params = jax.tree_util.tree_unflatten(treedef, leaves)
   with nn.stateful(state) as new_state:
     with nn.stochastic(jax.random.PRNGKey(2)):
@@ -236,7 +240,13 @@ def _linen_one(mod, spec, ref):
   module = getattr(mod, spec['class'])(**fields)
   inputs = ref['inputs']
   rngs = {'params': jax.random.PRNGKey(0), 'dropout': jax.random.PRNGKey(1)}
-  init_vars = core.unfreeze(module.init(rngs, *inputs, **call))
+  # Only the parameter tree's names and shapes are compared: traced, not
+  # run, the upgraded initialisation compiles nothing.
+  try:
+    init_vars = jax.eval_shape(lambda: module.init(rngs, *inputs, **call))
+  except Exception:  # pylint: disable=broad-except
+    init_vars = module.init(rngs, *inputs, **call)  # raises what init raises
+  init_vars = core.unfreeze(init_vars)
   tree_ok = _shapes(init_vars.get('params', {})) == _shapes(ref['params'])
   variables = {'params': ref['params']}
   if ref['state']:
