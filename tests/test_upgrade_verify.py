@@ -71,7 +71,7 @@ def test_examples_imagenet(examples):
       ('ResNet', [((2, 32, 32, 3), 'float32')],
        {'num_classes': 5, 'num_layers': 18, 'num_filters': 4}),
       ('ResNet', [((2, 32, 32, 3), 'float32')],
-       {'num_classes': 5, 'num_layers': 18, 'num_filters': 2,
+       {'num_classes': 5, 'num_layers': 18, 'num_filters': 4,
         'train': False}),
   ])
 
