@@ -110,14 +110,25 @@ def _stub_program_level():
   return stubbed
 
 
+def _module_name(base, path, names):
+  """``base`` for the first file of a run, ``base_1``, ... for the next."""
+  if path not in names:
+    names[path] = base + (f'_{len(names)}' if names else '')
+  return names[path]
+
+
 def legacy(spec, out):
   import flaxlegacy  # pylint: disable=g-import-not-at-top
   flaxlegacy.activate()
-  mod = _load(spec['legacy_file'], '_legacy_under_test')
+  mods, names = {}, {}
   results = []
   for check in spec['checks']:
+    path = check.get('legacy_file') or spec['legacy_file']
+    if path not in mods:
+      mods[path] = _load(path, _module_name('_legacy_under_test', path,
+                                            names))
     try:
-      results.append(_legacy_one(mod, check))
+      results.append(_legacy_one(mods[path], check))
     except Exception as e:  # pylint: disable=broad-except
       results.append({'error': f'{type(e).__name__}: {e}'})
   with open(out, 'wb') as fh:
@@ -190,13 +201,20 @@ def linen(spec, legacy_out, out):
     # random draws inside the module (a VAE's reparameterisation) are
     # inputs of the comparison: draw them as the legacy side did
     jax.config.update('jax_threefry_partitionable', drawn.pop())
-  mod, skipped = _load_statements(spec['upgraded_file'],
-                                  '_upgraded_under_test')
-  legacy_loaded = sorted(m for m in sys.modules if m.startswith(
-      ('flax.nn', 'flax.optim', 'flax.deprecated', 'flaxlegacy.nn',
-       'flaxlegacy.optim')) and m not in stubbed)
+  loaded, names = {}, {}
   results = []
   for check, ref in zip(spec['checks'], refs):
+    path = check.get('upgraded_file') or spec['upgraded_file']
+    if path not in loaded:
+      mod, skipped = _load_statements(
+          path, _module_name('_upgraded_under_test', path, names))
+      # Legacy modules imported so far, by this file or one loaded before
+      # it in this process (so a legacy import is never missed).
+      legacy_loaded = sorted(m for m in sys.modules if m.startswith(
+          ('flax.nn', 'flax.optim', 'flax.deprecated', 'flaxlegacy.nn',
+           'flaxlegacy.optim')) and m not in stubbed)
+      loaded[path] = mod, skipped, legacy_loaded
+    mod, skipped, legacy_loaded = loaded[path]
     if 'error' in ref:
       results.append({'error': 'legacy side: ' + ref['error']})
       continue
