@@ -263,7 +263,13 @@ def _drive(side, prog_dir, out, ckpt, names, python=None):
   return dict(np.load(out))
 
 
-def _compare(tmp_path, program, ckpt, names, python):
+def _compare(tmp_path, program, ckpt, names, python, train_only=()):
+  """Upgrades ``program``, runs it on both sides (the upgraded one in
+  ``python``), compares every array.
+
+  With ``ckpt``, each of ``names`` also saves, restores and resumes, except
+  those in ``train_only`` (they only train, in the same processes).
+  """
   up_dir = tmp_path / 'up'
   run = subprocess.run([sys.executable, '-m', 'flaxlegacy', 'upgrade',
                         os.path.join(PROGRAMS, program), '--out',
@@ -272,15 +278,17 @@ def _compare(tmp_path, program, ckpt, names, python):
   assert run.returncode == 0, run.stdout + run.stderr
   assert ', 0 TODOs' in run.stdout + run.stderr, run.stdout + run.stderr
   ckpt = '-' if ckpt is None else str(tmp_path / 'ckpt')
+  args = list(names) + [f'{name}:train' for name in train_only]
   legacy = _drive('legacy', os.path.join(PROGRAMS, program),
-                  tmp_path / 'legacy.npz', ckpt, names)
+                  tmp_path / 'legacy.npz', ckpt, args)
   upgraded = _drive('upgraded', str(up_dir), tmp_path / 'upgraded.npz', ckpt,
-                    names, python)
+                    args, python)
   for name in names:
     if ckpt != '-':
       assert upgraded.pop(f'{name}/restored_step') == 3
   assert sorted(legacy) == sorted(upgraded)
-  assert len(legacy) == len(names) * (8 if ckpt != '-' else 4)
+  assert len(legacy) == (len(names) * (8 if ckpt != '-' else 4) +
+                         len(train_only) * 4)
   init = np.load(str(tmp_path / 'init.npz'))
   for k, v in legacy.items():
     # Measured: bit-identical on the development machine (same optax ops
@@ -291,11 +299,21 @@ def _compare(tmp_path, program, ckpt, names, python):
   return legacy, init
 
 
+@pytest.fixture(scope='module')
+def optimizers_run(tmp_path_factory, python_without_flaxlegacy):
+  """tests/upgrade_programs/optimizers upgraded once, and run once per side
+  for the two tests below: every built-in optimizer trained, saved and
+  resumed, and the MultiOptimizer trained (its legacy checkpoint does not
+  restore into optax.multi_transform state, so it is not resumed)."""
+  return _compare(tmp_path_factory.mktemp('optimizers'), 'optimizers', True,
+                  ALL, python_without_flaxlegacy, train_only=['Multi'])
+
+
+# Both tests read the one run of optimizers_run: on one parallel worker.
 @pytest.mark.slow
-def test_upgraded_optimizers_train_and_resume_as_legacy(
-    tmp_path, python_without_flaxlegacy):
-  legacy, init = _compare(tmp_path, 'optimizers', True, ALL,
-                          python_without_flaxlegacy)
+@pytest.mark.xdist_group('upgrade_optimizers_run')
+def test_upgraded_optimizers_train_and_resume_as_legacy(optimizers_run):
+  legacy, init = optimizers_run
   for name in ALL:  # the comparison is not vacuous: every optimizer moved
     moved = max(np.abs(legacy[f'{name}{k}'] - v).max()
                 for k, v in init.items())
@@ -303,10 +321,9 @@ def test_upgraded_optimizers_train_and_resume_as_legacy(
 
 
 @pytest.mark.slow
-def test_upgraded_multi_optimizer_trains_as_legacy(
-    tmp_path, python_without_flaxlegacy):
-  legacy, init = _compare(tmp_path, 'optimizers', None, ['Multi'],
-                          python_without_flaxlegacy)
+@pytest.mark.xdist_group('upgrade_optimizers_run')
+def test_upgraded_multi_optimizer_trains_as_legacy(optimizers_run):
+  legacy, init = optimizers_run
   # kernels: Momentum, the second layer's bias: Adam, the first one's:
   # no traversal selects it, it stays
   assert np.abs(legacy["Multi['Dense_0']['kernel']"]

@@ -446,6 +446,11 @@ def convert_checkpoint(ckpt, out, optimizer=None, hparams=None,
   Returns:
     ``(path, state, notes)``.
   """
+  if rename_map is not None and root_class is not None:
+    # A wrong map or class fails now, before reading the checkpoint (which
+    # imports TensorFlow: seconds).
+    from flaxlegacy.migrate import names  # pylint: disable=g-import-not-at-top
+    names.rename_params({}, rename_map, root_class)
   from flaxlegacy.training import checkpoints  # pylint: disable=g-import-not-at-top
 
   source = ckpt

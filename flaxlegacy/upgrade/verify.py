@@ -70,7 +70,7 @@ def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
 
 def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
                    perturb=0.1, rename_map=None):
-  """Several ``verify_module`` checks of one file pair, two processes in all.
+  """Several ``verify_module`` checks, two processes in all.
 
   ``checks``: dicts with the keyword arguments of ``verify_module``
   (``class_name``, ``inputs``, ``hyper``, ``fields``, ``call``, ``var_kw``),
@@ -81,15 +81,32 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
   method on the legacy model (``model.m(...)``) and the upgraded module
   (``apply(..., method='m')``, keywords that became fields left out) and
   compare;
-  ``root_class`` (see ``verify_module``).
+  ``root_class`` (see ``verify_module``); ``legacy_file`` and
+  ``upgraded_file``: this check's pair, where it is not the call's (several
+  pairs, still two processes; the legacy files must share one folder and
+  the upgraded files another, since each process imports its files' sibling
+  modules by name; a legacy API the upgraded side imports fails the checks
+  of its file and of the files loaded after it).
   ``rename_map``: see ``verify_module``.
   """
   if rename_map is not None:
     from flaxlegacy.migrate import names  # pylint: disable=g-import-not-at-top
     rename_map = dict(names.load_rename_map(rename_map))
+  for key, default in (('legacy_file', legacy_file),
+                       ('upgraded_file', upgraded_file)):
+    folders = {os.path.dirname(os.path.abspath(c.get(key) or default))
+               for c in checks}
+    if len(folders) > 1:
+      raise ValueError(f'verify_modules: the checks\' {key}s are in several '
+                       f'folders {sorted(folders)}; verify each folder\'s '
+                       'files in a call of its own')
   spec = {'legacy_file': os.path.abspath(legacy_file),
           'upgraded_file': os.path.abspath(upgraded_file),
           'checks': [{
+              'legacy_file': os.path.abspath(c.get('legacy_file') or
+                                             legacy_file),
+              'upgraded_file': os.path.abspath(c.get('upgraded_file') or
+                                               upgraded_file),
               'class': c['class_name'], 'hyper': dict(c.get('hyper') or {}),
               'inputs': [None if i is None else [list(i[0]), str(i[1])]
                          for i in c['inputs']],

@@ -1,11 +1,12 @@
 """Runs tests/upgrade_programs/optimizers*/prog.py, legacy or upgraded.
 
-usage: optimizers_driver.py legacy|upgraded OUT.npz CKPT_DIR|- NAME...
+usage: optimizers_driver.py legacy|upgraded OUT.npz CKPT_DIR|- NAME[:train]...
 
 Three train steps per optimizer from the same initial parameters; with a
 checkpoint directory, the legacy side then saves its optimizer and takes two
 more steps, and the upgraded side restores the legacy checkpoint into a
-fresh TrainState and takes the same two steps.
+fresh TrainState and takes the same two steps (except for a NAME:train,
+which only trains: several tests share one process per side).
 Both sides start from the legacy initial parameters (linen derives its
 initialisation keys differently, so an upgraded program keeps legacy's
 parameter *tree*, not its random draws): the legacy side writes them to
@@ -59,11 +60,12 @@ def steps(opt, first, n):
 
 
 result = {}
-for name in names:
+for arg in names:
+  name, _, only = arg.partition(':')
   model = initial_model()
   opt = steps(prog.create_optimizer(name, model), 0, 3)
   result.update({name + k: v for k, v in keyed(params(opt)).items()})
-  if ckpt != '-':
+  if ckpt != '-' and only != 'train':
     d = os.path.join(ckpt, name)
     if side == 'legacy':
       prog.save(d, opt)
