@@ -54,6 +54,9 @@ class Context:
     self.positions = positions
     self.code_of = code_of
     self.needed_imports = set()  # 'functools', 'itertools', 'typing.Any'
+    # name -> source of a small function the rewritten code calls, written
+    # once into the file after its imports (rules/splat.py)
+    self.needed_defs = {}
     self.line_offset = 0
 
   def line(self, node):
@@ -335,6 +338,38 @@ def add_imports(module, needed):
   return module.with_changes(body=body)
 
 
+def _import_block_end(module):
+  """Index of the last top-level import before any definition, or -1."""
+  last = -1
+  for i, stmt in enumerate(module.body):
+    if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+      break
+    if isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+      last = i
+  return last
+
+
+def add_defs(module, needed):
+  """Writes the functions ``needed`` (name -> source) that the file does
+  not define yet, after its imports."""
+  have = {s.name.value for s in module.body if isinstance(s, cst.FunctionDef)}
+  new = []
+  for name in sorted(needed):
+    if name in have:
+      continue
+    fn = cst.parse_statement(needed[name])
+    new.append(fn.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
+  if not new:
+    return module
+  body = list(module.body)
+  at = _import_block_end(module)
+  if at < 0:
+    at = 0 if body and _is_docstring(body[0]) else -1
+  body[at + 1:at + 1] = new
+  return module.with_changes(body=body)
+
+
 def _is_docstring(stmt):
   return (isinstance(stmt, cst.SimpleStatementLine) and stmt.body
           and isinstance(stmt.body[0], cst.Expr)
@@ -418,6 +453,8 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
   new = module.with_changes(body=body) if changed else module
   if ctx.needed_imports:
     new = add_imports(new, ctx.needed_imports)
+  if ctx.needed_defs:
+    new = add_defs(new, ctx.needed_defs)
   # Removed jax.test_util helpers in test files (rules/test_util.py).
   from flaxlegacy.upgrade.rules import test_util  # pylint: disable=g-import-not-at-top
   new = test_util.run(ctx, new)

@@ -31,6 +31,7 @@ from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
+from flaxlegacy.upgrade.rules import splat
 from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
 
 Ref = collections.namedtuple('Ref', 'kind target extra')
@@ -787,8 +788,19 @@ class ApplyRewriter(transform.Upgrader):
       sig = tuple(target.target.params)
     bound = []  # (legacy param name or None, Arg)
     var_kw = {}
-    for i, a in enumerate(args):
+    splat_values = {}  # id(updated ** Arg) -> the legacy source's value
+    expanded = []
+    for a, o in zip(args, original.args):
+      keys = splat.literal_keywords(a.value) if a.star == '**' else None
+      if keys is not None:  # **{'k': v}: keywords of the call
+        expanded += [(_arg(v, k2), None) for k2, v in keys]
+      else:
+        expanded.append((a, o))
+    args = [a for a, _ in expanded]
+    for i, (a, o) in enumerate(expanded):
       k = _kw(a)
+      if a.star == '**' and o is not None:
+        splat_values[id(a)] = o.value
       if a.star == '**':
         if target.kind == 'class' or not target.target.add_kwargs:
           bound.append(('**', a))  # layer: keys renamed at run time below
@@ -851,20 +863,25 @@ class ApplyRewriter(transform.Upgrader):
     else:
       info = target.target
       ctor, call_args = [], []
+      splats = [a for k, a in bound if k == '**']
+      given = {kk for kk, _ in bound}
+      if len(splats) > 1:
+        self.todo(original, 'several dicts splatted into one legacy module '
+                  'call: split them by hand')
+        return updated
       for k, a in bound:
         if k == 'name' or k in info.fields:
           ctor.append(a if a.keyword is not None else _arg(a.value, k))
-        elif k == '**' and info.var_kw:
-          ctor.append(_arg(a.value, info.var_kw))
         elif k == '**':
-          # Forwarded **kwargs go to the constructor: sound only when every
-          # call parameter of the child is passed explicitly.
-          given = {kk for kk, _ in bound}
-          if not set(info.call) <= given:
-            self.todo(original, '**kwargs forwarded to a module whose call '
-                      'parameters it may hold')
+          new = self._splat(original, info, a, splat_values.get(id(a)),
+                            given, var_kw)
+          if new is None:
             return updated
-          ctor.append(a)
+          ctor.append(new[0])
+          if new[1] is not None:
+            call_args.append(cst.Arg(value=new[1], star='**'))
+          if info.var_kw:
+            var_kw = {}  # merged into the split
         else:
           call_args.append(a)
       if var_kw:
@@ -888,6 +905,38 @@ class ApplyRewriter(transform.Upgrader):
                  'construct + call')
     return cst.Call(func=cst.Call(func=func, args=_clean_args(ctor)),
                     args=_clean_args(call_args))
+
+
+def _splat(self, original, info, arg, legacy_value, given, var_kw):
+  """``**d`` in a call of the legacy module ``info`` (rules/splat.py):
+  (constructor Arg, call expression or None), or None after a TODO."""
+  if not info.var_kw and set(info.call) <= given:
+    # every call parameter passed explicitly: the keys are fields (or a
+    # TypeError, as in legacy)
+    return arg, None
+  caller = self.info
+  if (info.var_kw and legacy_value is not None
+      and getattr(caller, 'var_kw', None) not in self.assigned_fields
+      and splat.forwarded_whole(caller, info, legacy_value, given)):
+    value = arg.value
+    if var_kw:
+      items = ', '.join(f'{k!r}: {self.ctx.code_of(a.value)}'
+                        for k, a in var_kw.items())
+      value = _expr(f'{{**{self.ctx.code_of(value)}, {items}}}')
+    self.rewrote(original, 'splat', f'**{info.var_kw} forwarded whole')
+    return _arg(value, info.var_kw), None
+  split, why = splat.runtime_split(
+      self, info, arg.value, [(k, a.value) for k, a in var_kw.items()],
+      self.ctx.code_of)
+  if split is None:
+    self.todo(original, why)
+    return None
+  self.rewrote(original, 'splat', f'**dict into {info.name}: split into '
+               'fields / catch-all at run time')
+  return cst.Arg(value=split[0], star='**'), split[1]
+
+
+ApplyRewriter._splat = _splat  # pylint: disable=protected-access
 
 
 def _ctor_expr(up, ref, updated_func):
@@ -950,6 +999,8 @@ def partial_call(up, original, updated, inner):
                                                         _kw(a))])
         return updated
     args = _add_layer_defaults(layer, [_layer_kwarg(a, layer) for a in args])
+    args = [a.with_changes(value=_renamed_kwargs(layer, a.value))
+            if a.star == '**' else a for a in args]
   else:
     root = _partial_root(inner)
     fields = root.target.fields if root.kind == 'class' else []
@@ -957,7 +1008,15 @@ def partial_call(up, original, updated, inner):
       fields = [layers_rule.linen_kwarg(root.target, p)
                 for p in root.target.params]
       args = [_layer_kwarg(a, root.target) for a in args]
-    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in fields + ['name']]
+      args = [a.with_changes(value=_renamed_kwargs(root.target, a.value))
+              if a.star == '**' else a for a in args]
+    elif root.kind == 'class' and (root.target.var_kw or any(
+        a.star == '**' for a in args)):
+      args = _partial_class_kwargs(up, original, root.target, args)
+      if args is None:
+        return updated
+    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in fields + ['name']
+           + [root.target.var_kw] * (root.kind == 'class')]
     if bad:
       up.todo(original, f'.partial binds call parameters {bad}')
       return updated
@@ -966,6 +1025,45 @@ def partial_call(up, original, updated, inner):
   ctor = _ctor_expr(up, inner, updated.func.value)
   return cst.Call(func=_expr('functools.partial'),
                   args=_clean_args([_arg(ctor)] + args))
+
+
+def _partial_class_kwargs(up, original, info, args):
+  """The keywords of ``X.partial(...)`` for a class with a ``**`` catch-all
+  or given a splatted dict: keys that are not parameters go into the
+  catch-all field; a dict is split at run time (rules/splat.py).  None
+  after a TODO."""
+  splats = [a for a in args if a.star == '**']
+  extra = [(a.keyword.value, a.value) for a in args if a.keyword is not None
+           and a.keyword.value not in info.params + ['name']]
+  if not splats and not (extra and info.var_kw):
+    return args
+  out = [a for a in args if not a.star and (
+      a.keyword is None or a.keyword.value in info.params + ['name'])]
+  if len(splats) > 1:
+    up.todo(original, 'several dicts splatted into one .partial: split them '
+            'by hand')
+    return None
+  if not splats:
+    items = ', '.join(f'{k!r}: {up.ctx.code_of(v)}' for k, v in extra)
+    return out + [_arg(_expr('{' + items + '}'), info.var_kw)]
+  if not info.var_kw and len(info.call) <= 1:
+    return args  # its keys can only be fields (or a TypeError, as legacy)
+  if not info.var_kw:
+    up.todo(original, 'a dict splatted into .partial of a module with call '
+            'parameters: its keys are not known here')
+    return None
+  if len(info.call) > 1:
+    up.todo(original, 'a dict splatted into .partial of a module with call '
+            'parameters and a ** catch-all: its keys are not known here')
+    return None
+  split, why = splat.runtime_split(up, info, splats[0].value, extra,
+                                   up.ctx.code_of)
+  if split is None:
+    up.todo(original, why)
+    return None
+  up.rewrote(original, 'splat', f'**dict into {info.name}.partial: split '
+             'into fields / catch-all at run time')
+  return out + [cst.Arg(value=split[0], star='**')]
 
 
 def module_level_partial_visit(up, node):

@@ -794,7 +794,13 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       inputs = ', '.join(f'jnp.ones({s}, {d})' for s, d in specs)
       rest = [a for a in args[2:]]
     else:
-      inputs = ', '.join(self.ctx.code_of(a.value) for a in args[1:]
+      if any(a.star == '**' for a in args):
+        # a splatted dict holds fields and __call__ arguments: which, only
+        # its keys at run time can tell
+        self.todo(call, f'{attr} with **kwargs: its keys may be fields '
+                  '(constructor) or __call__ arguments; port by hand')
+        return None
+      inputs = ', '.join(self._argsrc(a) for a in args[1:]
                          if a.keyword is None)
       rest = [a for a in args[1:] if a.keyword is not None]
     info = aliases.root_info(self.codebase, None,
