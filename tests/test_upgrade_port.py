@@ -11,6 +11,9 @@ layer, upgraded side with ``FLAXLEGACY=off``).
   silently.
 """
 
+import os
+import subprocess
+import sys
 import textwrap
 
 from flaxlegacy.upgrade import api
@@ -264,3 +267,66 @@ def test_partial_with_splat_and_catch_all_keywords(tmp_path):
            hyper={'cfg': {'features': 2, 'bias': False},
                   'dense_cfg': {'features': 2, 'bias': False}}),
   ])
+
+
+# -- several SRC arguments ---------------------------------------------------
+
+
+def test_several_src_each_under_its_own_name(tmp_path):
+  """``upgrade pkg tests --out DST``: DST/pkg and DST/tests, as ``cp -r``
+  puts them (they were merged into DST's root, so a package's and its
+  tests' layouts overwrote each other); a file SRC goes to DST/<file>."""
+  files = {
+      'pkg/__init__.py': '',
+      'pkg/models.py': '''\
+          from flax import nn
+          class Net(nn.Module):
+            def apply(self, x, features=3):
+              return nn.Dense(x, features)
+          ''',
+      'pkg/README.txt': 'package\n',
+      'tests/__init__.py': '# tests\n',
+      'tests/models_test.py': '''\
+          import jax
+          from pkg import models
+          def test_net():
+            _, params = models.Net.partial(features=2).init_by_shape(
+                jax.random.PRNGKey(0), [(1, 4)])
+            assert params['Dense_0']['kernel'].shape == (4, 2)
+          ''',
+      'setup.py': 'print("setup")\n',
+  }
+  src, out, status, report = _upgrade_dir(
+      tmp_path, files, srcs=['pkg', 'tests', 'setup.py'])
+  assert status == 0
+  got = sorted(str(p.relative_to(out)) for p in out.rglob('*')
+               if p.is_file())
+  assert got == ['pkg/README.txt', 'pkg/__init__.py', 'pkg/models.py',
+                 'setup.py', 'tests/__init__.py', 'tests/models_test.py',
+                 'upgrade.json']
+  assert (out / 'tests' / '__init__.py').read_text() == '# tests\n'
+  assert 'class Net(nn.Module):' in (out / 'pkg' / 'models.py').read_text()
+  assert ('models.Net(features=2).init(jax.random.PRNGKey(0), '
+          'jnp.ones((1, 4), jnp.float32))'
+          in (out / 'tests' / 'models_test.py').read_text())
+  assert set(report['files']) >= {'pkg/models.py', 'tests/models_test.py'}
+  # the upgraded test runs from DST, the layer off (its import of pkg
+  # finds DST/pkg)
+  p = subprocess.run(
+      [sys.executable, '-c', 'from tests import models_test as t; '
+       't.test_net(); print("ok")'], cwd=str(out), capture_output=True,
+      text=True, timeout=300, env=dict(os.environ, FLAXLEGACY='off',
+                                       JAX_PLATFORMS='cpu', PYTHONPATH=''))
+  assert p.returncode == 0 and p.stdout.strip() == 'ok', p.stderr[-2000:]
+  # one SRC directory: its contents are DST's (unchanged)
+  out1 = tmp_path / 'out1'
+  api.upgrade_paths([str(src / 'pkg')], out=str(out1))
+  assert (out1 / 'models.py').exists() and not (out1 / 'pkg').exists()
+  # two SRC of the same name would overwrite each other: a clear error
+  (src / 'other' / 'pkg').mkdir(parents=True)
+  try:
+    api.upgrade_paths([str(src / 'pkg'), str(src / 'other' / 'pkg')],
+                      out=str(tmp_path / 'out2'))
+    raise AssertionError('no error')
+  except ValueError as e:
+    assert 'would both go to DST/pkg' in str(e)

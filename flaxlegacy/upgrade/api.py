@@ -148,13 +148,22 @@ def _transform_all(files, codebase):
                                            sf.report, sf.statement_texts)
 
 
-def _distinct_rel(files):
-  """Several SRC roots: prefix with the root's basename if names clash."""
-  rels = [sf.rel for sf in files]
-  if len(set(rels)) == len(rels):
-    return
-  for sf in files:
-    sf.rel = os.path.join(os.path.basename(sf.src_root), sf.rel)
+def _src_names(srcs):
+  """Several SRC arguments: each goes under its own name in DST, as
+  ``cp -r pkg tests DST`` puts them (DST/pkg, DST/tests, DST/file.py).
+  One SRC: a directory's contents are DST's, a file goes to DST/file."""
+  if len(srcs) < 2:
+    return {}
+  names = {}
+  for src in srcs:
+    name = os.path.basename(os.path.normpath(os.path.abspath(src)))
+    if name in names.values():
+      clash = [s for s, n in names.items() if n == name][0]
+      raise ValueError(f'flaxlegacy upgrade: SRC {clash} and {src} would '
+                       f'both go to DST/{name}; upgrade them separately or '
+                       'pass their common parent')
+    names[src] = name
+  return names
 
 
 def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
@@ -173,10 +182,13 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
     if not os.path.exists(src):
       raise FileNotFoundError(f'flaxlegacy upgrade: no such file or '
                               f'directory: {src}')
+  names = _src_names(srcs)
+  for src in srcs:
     for root, rel, path in _walk(src):
+      if src in names and os.path.isdir(src):
+        rel = os.path.join(names[src], rel)
       sf = SourceFile(root, rel, path)
       (files if path.endswith('.py') else others).append(sf)
-  _distinct_rel(files + others)
   if out is not None:
     out_abs = os.path.abspath(out)
     for src in srcs:

@@ -12,7 +12,9 @@ def add_arguments(parser):
   mode = parser.add_mutually_exclusive_group(required=True)
   mode.add_argument('--out', metavar='DST',
                     help='write the upgraded tree here (mirrors SRC; files '
-                    'that are not Python are copied) with DST/upgrade.json')
+                    'that are not Python are copied) with DST/upgrade.json; '
+                    'several SRC each go under their own name (DST/pkg, '
+                    'DST/tests), as cp -r puts them')
   mode.add_argument('--in-place', action='store_true',
                     help='rewrite the files of SRC themselves')
   mode.add_argument('--diff', action='store_true',

@@ -503,6 +503,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
   def module_ctor(self, cls_expr):
     """Source of a linen module instance for a legacy class expression."""
     code = self.ctx.code_of(cls_expr)
+    if (isinstance(cls_expr, cst.Call)
+        and facts_lib.dotted(cls_expr.func) == 'functools.partial'
+        and cls_expr.args and not cls_expr.args[0].keyword
+        and not cls_expr.args[0].star):
+      # models.M.partial(...), already rewritten by leave_Call
+      inner = self.ctx.code_of(cls_expr.args[0].value)
+      args = ', '.join(self._argsrc(a) for a in cls_expr.args[1:])
+      return f'{inner}({args})'
     if (isinstance(cls_expr, cst.Call) and isinstance(cls_expr.func,
                                                         cst.Attribute)
         and cls_expr.func.attr.value == 'partial'):
