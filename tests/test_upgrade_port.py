@@ -330,3 +330,95 @@ def test_several_src_each_under_its_own_name(tmp_path):
     raise AssertionError('no error')
   except ValueError as e:
     assert 'would both go to DST/pkg' in str(e)
+
+
+# -- a subclass of a legacy layer that overrides param -----------------------
+
+STDCONV = '''\
+from flax import nn
+import jax.numpy as jnp
+
+
+def standardize(x, axis, eps):
+  x = x - jnp.mean(x, axis=axis, keepdims=True)
+  return x / jnp.sqrt(jnp.mean(jnp.square(x), axis=axis, keepdims=True) + eps)
+
+
+class StdConv(nn.Conv):
+  """Weight-standardized convolution."""
+
+  def param(self, name, shape, initializer):
+    param = super().param(name, shape, initializer)
+    if name == 'kernel':
+      param = standardize(param, axis=[0, 1, 2], eps=1e-5)
+    return param
+
+
+class ScaledDense(nn.Dense):
+
+  def param(self, name, shape, init):
+    w = super(ScaledDense, self).param(name=name, initializer=init,
+                                       shape=shape)
+    return w * 0.5 if name == 'kernel' else w
+
+
+class Stem(nn.Module):
+
+  def apply(self, x, width=4):
+    x = StdConv(x, width, (3, 3), bias=False, name='conv_root')
+    x = nn.relu(x)
+    conv = StdConv.partial(kernel_size=(1, 1))
+    x = conv(x, width * 2)
+    x = StdConv(x, 3, (1, 1), padding='VALID')
+    return ScaledDense(x.mean(axis=(1, 2)), 2)
+'''
+
+
+def test_param_override_becomes_a_linen_layer_subclass():
+  new, rep = up(STDCONV)
+  assert ('class StdConv(nn.Conv):\n'
+          '  """Weight-standardized convolution."""\n\n'
+          '  def param(self, name, initializer, shape, *init_args, '
+          '**init_kwargs):\n'
+          '    param = super().param(name, initializer, shape, *init_args, '
+          '**init_kwargs)\n') in new
+  assert ('super(ScaledDense, self).param(name, init, shape, *init_args, '
+          '**init_kwargs)') in new
+  assert "StdConv(self.width, (3, 3), use_bias=False, name='conv_root')(x)" \
+      in new
+  assert 'functools.partial(StdConv, kernel_size=(1, 1))' in new
+  assert TODO not in new and not rep.left
+
+
+def test_param_override_verified(tmp_path):
+  """Same parameter tree, same outputs: the kernel is standardized (and
+  scaled) the same way in the upgraded layers."""
+  src, out, status, report = _upgrade_dir(tmp_path, {'resnet.py': STDCONV})
+  assert status == 0
+  _verify(src / 'resnet.py', out / 'resnet.py', report, [
+      dict(class_name='Stem', inputs=[((2, 6, 6, 3), 'float32')],
+           hyper={'width': 4})])
+
+
+def test_param_override_that_does_not_carry_over_keeps_a_todo():
+  for body, why in [
+      ('''
+      def param(self, name, shape, initializer, extra=1):
+        return super().param(name, shape, initializer)
+      ''', 'does not take exactly (self, name, shape, initializer)'),
+      ('''
+      def param(self, name, shape, initializer):
+        return super().param(name, shape, initializer, 3)
+      ''', 'super().param with other arguments'),
+      ('''
+      def param(self, name, shape, initializer):
+        super().apply(None, 1)
+        return super().param(name, shape, initializer)
+      ''', 'calls super().apply'),
+  ]:
+    src = ('from flax import nn\nclass C(nn.Conv):\n'
+           + textwrap.indent(textwrap.dedent(body), '  '))
+    new, rep = upgrade_source(src)
+    assert TODO in new and any(why in t['why'] for t in rep.left), (
+        body, rep.left)
+    assert 'def param(self, name, shape, initializer' in new

@@ -32,6 +32,7 @@ from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
 from flaxlegacy.upgrade.rules import splat
+from flaxlegacy.upgrade.rules import subclasses
 from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
 
 Ref = collections.namedtuple('Ref', 'kind target extra')
@@ -112,6 +113,9 @@ class Resolver:
       info = ctx.codebase.module(ctx.facts, expr.value)
       if info is not None and not info.problems:
         return Ref('class', info, None)
+      layer = subclasses.param_layer(ctx.codebase, info)
+      if layer is not None:  # class StdConv(nn.Conv) overriding param
+        return Ref('layer', layer, None)
       return aliases_rule.resolve_alias(self, expr.value)
     if isinstance(expr, cst.Call):
       f = expr.func
@@ -951,6 +955,8 @@ def _ctor_expr(up, ref, updated_func):
           'what': f'nn.{ref.target.legacy} -> {ref.target.linen}',
           'shipped': full})
       return _expr(ref.target.linen)
+    if subclasses.is_user_layer(ref.target):
+      return updated_func  # the user's subclass of a layer (StdConv)
     return updated_func if isinstance(updated_func, cst.Attribute) else _expr(
         up._prefix() + '.' + ref.target.linen)  # pylint: disable=protected-access
   return updated_func
