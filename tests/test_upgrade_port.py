@@ -422,3 +422,117 @@ def test_param_override_that_does_not_carry_over_keeps_a_todo():
     assert TODO in new and any(why in t['why'] for t in rep.left), (
         body, rep.left)
     assert 'def param(self, name, shape, initializer' in new
+
+
+# -- modules that drive other modules (a masking wrapper) --------------------
+
+WRAPPER = '''\
+import flax
+import jax
+import jax.numpy as jnp
+
+
+class MaskedModule(flax.nn.Module):
+  """Runs a wrapped module class on masked parameters."""
+
+  UNMASKED = 'unmasked'
+
+  def apply(self, *args, wrapped_module, mask=None, **kwargs):
+
+    def init_fn(rng, input_shape):
+      del input_shape
+      _, params = wrapped_module.init(rng, *args, **kwargs)
+      return params
+
+    unmasked_params = self.param(self.UNMASKED, None, init_fn)
+    if mask is not None:
+      masked_params = jax.tree_multimap(
+          lambda x, *xs: x if xs[0] is None else x * xs[0],
+          unmasked_params, mask)
+      return wrapped_module.call(masked_params, *args, **kwargs)
+    return wrapped_module.call(unmasked_params, *args, **kwargs)
+
+
+def masked(module, mask):
+  return MaskedModule.partial(wrapped_module=module, mask=mask)
+
+
+def checker(shape):
+  n = 1
+  for d in shape:
+    n *= d
+  return (jnp.arange(n).reshape(shape) % 2).astype(jnp.float32)
+'''
+
+WRAPPED_MODELS = '''\
+import flax
+import jax.numpy as jnp
+
+import masking
+
+
+class Shift(flax.nn.Module):
+
+  def apply(self, x, offset, features):
+    y = flax.nn.Dense(x, features)
+    return y + offset.reshape(-1)[:features]
+
+
+class MaskedNet(flax.nn.Module):
+
+  def apply(self, inputs, use_mask=True):
+    m0 = {'kernel': masking.checker((3, 3, 2, 4)), 'bias': None}
+    x = masking.MaskedModule(inputs, features=4, kernel_size=(3, 3),
+                             wrapped_module=flax.nn.Conv,
+                             mask=m0 if use_mask else None)
+    x = flax.nn.relu(x).reshape(x.shape[0], -1)
+    m1 = {'kernel': masking.checker((x.shape[-1], 5))}
+    x = masking.masked(flax.nn.Dense, m1 if use_mask else None)(
+        x, features=5, bias=False)
+    return masking.MaskedModule(x, offset=jnp.arange(6.), features=2,
+                                wrapped_module=Shift)
+'''
+
+
+def test_wrapper_that_drives_a_module_class():
+  new, rep = up(WRAPPER)
+  assert ('class MaskedModule(flax.linen.Module):\n'
+          '  """Runs a wrapped module class on masked parameters."""\n'
+          '  wrapped_module: Any\n  mask: Any = None\n'
+          '  kwargs: Any = dataclasses.field(default_factory=dict)\n') in new
+  assert 'def __call__(self, *args):' in new
+  assert ('_, params = _LegacyModule(self.wrapped_module, self.kwargs).init('
+          'rng, *args)') in new
+  assert 'unmasked_params = self.param(self.UNMASKED, init_fn, None)' in new
+  # linen freezes a dict field; the parameters it is mapped with are dicts
+  assert 'unmasked_params, flax.core.unfreeze(self.mask))' in new
+  assert ('return _LegacyModule(self.wrapped_module, self.kwargs).call('
+          'masked_params, *args)') in new
+  assert 'class _LegacyModule:' in new
+  assert ('return functools.partial(MaskedModule, wrapped_module=module, '
+          'mask=mask)') in new
+  assert TODO not in new and not rep.left
+  assert 'flaxlegacy' not in new
+
+
+def test_wrapper_call_sites_across_files(tmp_path):
+  src, out, status, report = _upgrade_dir(
+      tmp_path, {'masking.py': WRAPPER, 'models.py': WRAPPED_MODELS})
+  assert status == 0
+  new = (out / 'models.py').read_text()
+  # the wrapped class is a field; its keywords the catch-all dict (split
+  # between its fields and __call__ keywords when the wrapper runs it)
+  assert ("x = masking.MaskedModule(wrapped_module=flax.linen.Conv,\n"
+          "                             mask=m0 if self.use_mask else None, "
+          "kwargs={'features': 4, 'kernel_size': (3, 3)})(inputs)") in new
+  assert ("masking.masked(flax.linen.Dense, m1 if self.use_mask else None)("
+          "kwargs={'features': 5, 'bias': False})(x)") in new
+  assert ("masking.MaskedModule(wrapped_module=Shift, kwargs={'offset': "
+          "jnp.arange(6.), 'features': 2})(x)") in new
+  assert TODO not in new, new
+  assert _module(report, 'MaskedModule')['fields'] == ['wrapped_module',
+                                                       'mask']
+  for use_mask in (True, False):
+    _verify(src / 'models.py', out / 'models.py', report, [
+        dict(class_name='MaskedNet', inputs=[((2, 5, 5, 2), 'float32')],
+             hyper={'use_mask': use_mask})])

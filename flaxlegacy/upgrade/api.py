@@ -182,11 +182,11 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
     if not os.path.exists(src):
       raise FileNotFoundError(f'flaxlegacy upgrade: no such file or '
                               f'directory: {src}')
-  names = _src_names(srcs)
+  under = _src_names(srcs)
   for src in srcs:
     for root, rel, path in _walk(src):
-      if src in names and os.path.isdir(src):
-        rel = os.path.join(names[src], rel)
+      if src in under and os.path.isdir(src):
+        rel = os.path.join(under[src], rel)
       sf = SourceFile(root, rel, path)
       (files if path.endswith('.py') else others).append(sf)
   if out is not None:

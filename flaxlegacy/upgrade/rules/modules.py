@@ -31,6 +31,7 @@ from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
+from flaxlegacy.upgrade.rules import drivers
 from flaxlegacy.upgrade.rules import splat
 from flaxlegacy.upgrade.rules import subclasses
 from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
@@ -117,6 +118,17 @@ class Resolver:
       if layer is not None:  # class StdConv(nn.Conv) overriding param
         return Ref('layer', layer, None)
       return aliases_rule.resolve_alias(self, expr.value)
+    if (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)
+        and expr.value.value not in self.locals):
+      # module.Class, ``module`` an imported file of the codebase
+      f = ctx.codebase.imported_file(ctx.facts, expr.value.value)
+      info = f.modules.get(expr.attr.value) if f is not None else None
+      if info is not None and not info.problems:
+        return Ref('class', info, None)
+      layer = subclasses.param_layer(ctx.codebase, info)
+      if layer is not None:
+        return Ref('layer', layer, None)
+      return None
     if isinstance(expr, cst.Call):
       f = expr.func
       if isinstance(f, cst.Attribute) and f.attr.value in ('partial',
@@ -125,8 +137,9 @@ class Resolver:
         if inner is not None and (inner.kind in ('layer', 'class') or (
             inner.kind == 'partial' and f.attr.value == 'partial')):
           return Ref(f.attr.value, inner, expr)
-      if isinstance(f, cst.Name) and f.value in ctx.facts.partial_helpers:
-        inner = self(_expr(ctx.facts.partial_helpers[f.value]))
+      target, _ = ctx.codebase.partial_helper(ctx.facts, f)
+      if target is not None:  # helper() / module.helper() -> X.partial
+        inner = self(_expr(target))
         if inner is not None and inner.kind in ('layer', 'class'):
           return Ref('partial', inner, expr)
       return None
@@ -548,6 +561,9 @@ class ApplyRewriter(transform.Upgrader):
     ref = self.resolver(node.func)
     if ref is not None:
       self._handled.add(id(node.func))
+      root = _partial_root(ref) if ref.kind == 'partial' else ref
+      if root.kind == 'class':  # a legacy layer for a wrapper to drive
+        drivers.layer_values(self, node, root.target)
     f = node.func
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       if self.resolver(f.value) is not None:
@@ -570,6 +586,11 @@ class ApplyRewriter(transform.Upgrader):
     if id(original_node) in self.instance_partials:
       inner = self.resolver(original_node.func.value)
       return self._instance(original_node, updated_node, inner)
+    # P.init / P.call of a module class held by a parameter
+    new = drivers.life_cycle_call(self, original_node, updated_node)
+    if new is not None:
+      return new
+    updated_node = self._unfrozen_tree_args(original_node, updated_node)
     updated = super().leave_Call(original_node, updated_node)
     if updated is not updated_node:
       return updated
@@ -620,6 +641,31 @@ class ApplyRewriter(transform.Upgrader):
     if ref.kind == 'instance':
       return updated_node  # calls a module instance (rules/partial_locals)
     return self._module_call(original_node, updated_node, ref)
+
+  def _unfrozen_tree_args(self, original, updated):
+    """``jax.tree_map(f, params, mask)`` with ``mask`` a dict field: linen
+    freezes dict fields (a FrozenDict), legacy kept the dict, and a dict
+    and a FrozenDict are different pytree nodes: read it unfrozen."""
+    name = facts_lib.dotted(original.func)
+    if not (name and name.startswith('jax.') and name.split('.')[-1] in (
+        'tree_map', 'tree_multimap')) or len(original.args) != len(
+            updated.args):
+      return updated
+    args = list(updated.args)
+    changed = False
+    for i, a in enumerate(original.args):
+      if (i and not a.star and isinstance(a.value, cst.Name)
+          and a.value.value in self.fields
+          and a.value.value not in self.assigned_fields):
+        args[i] = args[i].with_changes(value=cst.Call(
+            func=_expr('flax.core.unfreeze'), args=[cst.Arg(args[i].value)]))
+        changed = True
+    if not changed:
+      return updated
+    self.ctx.needed_imports.add('flax')
+    self.rewrote(original, 'frozen_fields', 'dict field in a pytree map -> '
+                 'flax.core.unfreeze(field)')
+    return updated.with_changes(args=args)
 
   def _self_method(self, original, updated, method):
     args = list(updated.args)
@@ -786,10 +832,16 @@ class ApplyRewriter(transform.Upgrader):
         self.todo(original, 'call of a shared module with hyper-parameters')
       return updated
     target = _partial_root(ref)
+    var_pos = None
     if target.kind == 'layer':
       sig = ('inputs',) + target.target.params
+      pos_sig = sig
     else:
       sig = tuple(target.target.params)
+      pos_sig = sig
+      var_pos = target.target.var_pos
+      if var_pos:  # positional arguments past the named ones: *args
+        pos_sig = tuple(p for p in sig if p not in target.target.kwonly)
     bound = []  # (legacy param name or None, Arg)
     var_kw = {}
     splat_values = {}  # id(updated ** Arg) -> the legacy source's value
@@ -814,11 +866,14 @@ class ApplyRewriter(transform.Upgrader):
                   'may be among them)')
         return updated
       if k is None:
-        if i >= len(sig):
+        if i >= len(pos_sig) and var_pos:
+          bound.append(('*', a))
+          continue
+        if i >= len(pos_sig):
           self.todo(original, 'more positional arguments than the legacy '
                     'apply takes')
           return updated
-        bound.append((sig[i], a))
+        bound.append((pos_sig[i], a))
       elif k == 'name':
         bound.append(('name', a))
       elif k in sig:
@@ -1073,8 +1128,23 @@ def _partial_class_kwargs(up, original, info, args):
 
 
 def module_level_partial_visit(up, node):
-  """Marks ``X.partial`` callees a rule will consume (for the leftovers)."""
+  """Marks ``X.partial`` callees a rule will consume (for the leftovers);
+  legacy layers passed to a wrapper that drives them (rules/drivers.py)."""
   f = node.func
+  target, helper_facts = up.ctx.codebase.partial_helper(up.ctx.facts, f)
+  if target is not None:
+    info = aliases_rule.root_info(up.ctx.codebase, helper_facts,
+                                  target.split('.')[-1])
+    name = f.value if isinstance(f, cst.Name) else f.attr.value
+    if info is not None:
+      drivers.layer_values(up, node, info,
+                           helper_facts.partial_helper_binds.get(name, {}))
+  elif isinstance(f, cst.Attribute) and f.attr.value == 'partial':
+    info = aliases_rule.root_info(up.ctx.codebase, up.ctx.facts,
+                                  facts_lib.dotted(f.value) and facts_lib.dotted(
+                                      f.value).split('.')[-1])
+    if info is not None:
+      drivers.layer_values(up, node, info)
   if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
     if Resolver(up, {})(f.value) is not None:
       up._handled.add(id(f.value))  # pylint: disable=protected-access
@@ -1120,8 +1190,18 @@ def _body_of(up, info, fn, methods_plan=None):
     self_param = cst.Param(name=cst.Name('self'))
   call_params = [p for p in plist + list(ps.kwonly_params)
                  if p.name.value in info.call]
-  new_params = cst.Parameters(params=[self_param] + [
-      p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in call_params])
+  if isinstance(ps.star_arg, cst.Param):
+    # legacy *args: inputs of __call__ too; keyword-only stay so
+    kwonly = [p for p in call_params if p in ps.kwonly_params]
+    new_params = cst.Parameters(
+        params=[self_param] + [p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                               for p in call_params if p not in kwonly],
+        star_arg=ps.star_arg.with_changes(comma=cst.MaybeSentinel.DEFAULT),
+        kwonly_params=[p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                       for p in kwonly])
+  else:
+    new_params = cst.Parameters(params=[self_param] + [
+        p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in call_params])
   prologue = []
   for f in rw.assigned_fields:
     prologue.append(cst.parse_statement(f'{f} = self.{f}\n'))
@@ -1179,9 +1259,6 @@ def _fields(up, info):
 
 def convert_class(up, node, info, plain=False):
   """A legacy Module class -> a linen dataclass module."""
-  if info.var_pos:
-    up.todo(node, f'{info.name}.apply takes *{info.var_pos}')
-    return node
   if info.base != 'Module' and not plain:
     from flaxlegacy.upgrade.rules import subclasses  # pylint: disable=g-import-not-at-top
     return subclasses.convert(
@@ -1263,9 +1340,6 @@ def convert_class(up, node, info, plain=False):
 
 def convert_function(up, node, info):
   """An ``@nn.module`` function -> a linen dataclass module class."""
-  if info.var_pos:
-    up.todo(node, f'{info.name} takes *{info.var_pos}')
-    return node
   fields, bad = _fields(up, info)
   if fields is None:
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
