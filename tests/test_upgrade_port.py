@@ -46,7 +46,8 @@ def _module(report, name):
 def _verify(src_file, out_file, report, checks):
   full = []
   for c in checks:
-    m = _module(report, c['class_name'])
+    c = dict(c)
+    m = _module(report, c.pop('report_class', c['class_name']))
     full.append(dict(c, fields=m['fields'], call=m['call'],
                      var_kw=m['var_kw']))
   results = verify.verify_modules(str(src_file), str(out_file), full)
@@ -536,3 +537,66 @@ def test_wrapper_call_sites_across_files(tmp_path):
     _verify(src / 'models.py', out / 'models.py', report, [
         dict(class_name='MaskedNet', inputs=[((2, 5, 5, 2), 'float32')],
              hyper={'use_mask': use_mask})])
+
+
+# -- module classes defined inside functions ---------------------------------
+
+NESTED = '''\
+from flax import nn
+import jax.numpy as jnp
+import numpy as onp
+
+
+def make_network(num_actions):
+
+  class MockNetwork(nn.Module):
+    """A test network: action 0 always wins."""
+
+    def apply(self, x, num_actions, scale=1.0):
+      def custom_init(key, shape, dtype=jnp.float32):
+        del key
+        w = onp.zeros(shape, dtype)
+        w[:, 0] = 1
+        return w
+      x = x.reshape((x.shape[0], -1))
+      return scale * nn.Dense(x, features=num_actions, kernel_init=custom_init,
+                              bias_init=nn.initializers.ones)
+
+  return MockNetwork.partial(num_actions=num_actions)
+
+
+Network = make_network(3)
+
+
+class AgentTest:
+
+  def test_a(self):
+    class Net(nn.Module):
+      def apply(self, x):
+        return nn.Dense(x, 2)
+    return Net
+
+  def test_b(self):
+    class Net(nn.Module):
+      def apply(self, x, features=3):
+        return nn.Dense(x, features)
+    return Net
+'''
+
+
+def test_module_class_defined_inside_a_function(tmp_path):
+  new, rep = up(NESTED)
+  assert ('  class MockNetwork(nn.Module):\n'
+          '    """A test network: action 0 always wins."""\n'
+          '    num_actions: Any\n    scale: float = 1.0\n') in new
+  assert 'return functools.partial(MockNetwork, num_actions=num_actions)' \
+      in new
+  # two local classes of one name with different parameters: a TODO each
+  # (a call of either could not be told apart by name)
+  assert [t['why'] for t in rep.left] == [
+      'Net: two module classes of this name in this file; rename one of '
+      'them or port by hand'] * 2
+  src, out, status, report = _upgrade_dir(tmp_path, {'agent_test.py': NESTED})
+  _verify(src / 'agent_test.py', out / 'agent_test.py', report, [
+      dict(class_name='Network', report_class='MockNetwork',
+           inputs=[((2, 2, 2), 'float32')], hyper={'scale': 0.5})])

@@ -141,6 +141,7 @@ class _FileVisitor(cst.CSTVisitor):
     self.class_depth = 0
     self.text = '.partial'  # the current top-level statement's source
     self.assigned = {}  # simple module-level/function name -> expr
+    self._module_stack = []  # per open class: is it a legacy module
 
   # -- imports --
   def visit_Import(self, node):
@@ -180,8 +181,10 @@ class _FileVisitor(cst.CSTVisitor):
 
   def visit_ClassDef(self, node):
     self.class_depth += 1
-    if self.depth or self.class_depth > 1:
-      return
+    nested = bool(self.depth or self.class_depth > 1)
+    self._module_stack.append(False)
+    if nested and any(self._module_stack[:-1]):
+      return  # inside a legacy module's own body
     for b in node.bases:
       base = self._is_legacy_base(b.value)
       if base is None and isinstance(b.value, cst.Name):
@@ -201,11 +204,23 @@ class _FileVisitor(cst.CSTVisitor):
       extra, info.shared_kw = helpers.shared_calls(node, apply,
                                                    set(info.params))
       info.child_calls += extra
+      info.nested = nested
+      self._module_stack[-1] = True
+      old = self.f.modules.get(info.name)
+      if old is not None and (old.params, old.defaults) != (
+          info.params, info.defaults):
+        # two module classes of one name (test methods each defining
+        # their own network): neither is known for certain by name
+        why = 'two module classes of this name in this file'
+        for i in (old, info):
+          if why not in i.problems:
+            i.problems.append(why)
       self.f.modules[info.name] = info
       return
 
   def leave_ClassDef(self, node):
     self.class_depth -= 1
+    self._module_stack.pop()
 
   def visit_FunctionDef(self, node):
     self.depth += 1
@@ -530,7 +545,8 @@ class CodebaseFacts:
   def add(self, facts):
     self.files[facts.path] = facts
     for name, info in facts.modules.items():
-      self.modules.setdefault(name, info)
+      if not getattr(info, 'nested', False):  # a class local to a function
+        self.modules.setdefault(name, info)   # is not importable
     for name, keys in facts.partial_kwargs.items():
       self.partial_kwargs.setdefault(name, set()).update(keys)
     self.shared_classes |= facts.shared_classes

@@ -271,6 +271,11 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     info = self.ctx.facts.modules.get(original_node.name.value)
     if info is None or info.kind != 'class':
       return updated_node
+    dup = [p for p in info.problems if p.startswith('two module classes')]
+    if dup:
+      self.todo(original_node, f'{info.name}: {dup[0]}; rename one of them '
+                'or port by hand')
+      return updated_node
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
     return modules.convert_class(self, original_node, info)
 
