@@ -9,6 +9,7 @@ import sys
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 
 
@@ -67,14 +68,21 @@ def _check_names(names):
                      f'{", ".join(NAMES)}')
 
 
-def _analyse(files, names='legacy'):
+def _analyse(files, names='legacy', observed=None):
   codebase = facts_lib.CodebaseFacts()
   codebase.names_mode = names
   for sf in files:
     if sf.module is not None:
       codebase.add(facts_lib.collect(sf.rel, sf.module,
                                      statement_texts=sf.statement_texts))
-  return codebase.finish()
+  codebase.finish()
+  # what each name can hold, across the codebase (flow.py)
+  values = flow_lib.Flow(codebase)
+  for sf in files:
+    if sf.module is not None:
+      values.add_file(sf.rel, sf.module, codebase.files[sf.rel])
+  codebase.flow = values.solve()
+  return codebase
 
 
 def _parse(sf):

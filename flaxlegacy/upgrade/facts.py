@@ -502,6 +502,7 @@ class CodebaseFacts:
     self.modules = {}  # class name -> ModuleInfo (first definition wins)
     self.partial_kwargs = {}
     self.shared_classes = set()
+    self.flow = None  # flow.Flow: what each name can hold (api._analyse)
     # 'legacy': keep legacy auto-names (explicit name=); 'linen': linen's own
     # per-type names where they are known statically, plus a rename map
     self.names_mode = 'legacy'

@@ -115,6 +115,19 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     self._todos = []  # stack of lists, one per open statement
     self._in_import = 0
     self._handled = set()  # ids of original nodes a rule consumed
+    self._quals = []  # enclosing class / function names (flow.py scopes)
+
+  def qual(self):
+    """The flow.py scope name of the code being visited."""
+    return '.'.join(self._quals)
+
+  def flow_values(self, expr):
+    """What ``expr`` (an original node) can hold (flow.py), or None when
+    there are no codebase facts."""
+    flow = getattr(self.ctx.codebase, 'flow', None)
+    if flow is None:
+      return None
+    return flow.values_of(self.ctx.facts.path, self.qual(), expr)
 
   # -- bookkeeping --
   def rewrote(self, node, rule, what):
@@ -262,12 +275,14 @@ class Upgrader(TodoComments, cst.CSTTransformer):
 
   # -- module definitions (rules/modules.py) --
   def visit_ClassDef(self, node):
+    self._quals.append(node.name.value)
     info = self.ctx.facts.modules.get(node.name.value)
     if info is not None and info.kind == 'class':
       return False  # converted as a whole in leave_ClassDef
     return True
 
   def leave_ClassDef(self, original_node, updated_node):
+    self._quals.pop()
     info = self.ctx.facts.modules.get(original_node.name.value)
     if info is None or info.kind != 'class':
       return updated_node
@@ -280,12 +295,14 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     return modules.convert_class(self, original_node, info)
 
   def visit_FunctionDef(self, node):
+    self._quals.append(node.name.value)
     info = self.ctx.facts.modules.get(node.name.value)
     if info is not None and info.kind == 'function':
       return False
     return True
 
   def leave_FunctionDef(self, original_node, updated_node):
+    self._quals.pop()
     info = self.ctx.facts.modules.get(original_node.name.value)
     if info is None or info.kind != 'function':
       return updated_node

@@ -26,6 +26,7 @@ import collections
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
@@ -86,10 +87,39 @@ def _kw(a):
 class Resolver:
   """What a callee expression denotes, in one body."""
 
-  def __init__(self, up, local_vars):
+  def __init__(self, up, local_vars, flow_ok=True):
     self.up = up
     self.locals = local_vars
     self.why_not = {}  # name -> why a call of it is not rewritten
+    # flow.py facts are about the legacy source's nodes: only for
+    # expressions of the original tree
+    self.flow_ok = flow_ok
+
+  def from_flow(self, expr):
+    """(Ref or None, why or None) from what ``expr`` can hold."""
+    values = self.up.flow_values(expr) if hasattr(self.up,
+                                                   'flow_values') else None
+    if values is None:
+      return None, None
+    choice, why = flow_lib.module_choice(self.up.ctx.codebase, values)
+    name = self.up.ctx.code_of(expr)
+    if choice is None:
+      return None, (f'{name!r}: {why}; rewrite its uses by hand' if why
+                    else None)
+    if choice[0] == 'layer':
+      layer = layers_rule.LAYERS.get(choice[1])
+      if layer is None or layer.linen in layers_rule.SHIPPED:
+        return None, (f'{name!r} holds legacy {choice[1]}, which this '
+                      'upgrade does not pass around')
+      missing = [k for k in layer.add_kwargs
+                 if any(k not in kws for kws in choice[2])]
+      if missing and any(choice[2]):
+        return None, (f'{name!r} holds legacy {choice[1]}, sometimes '
+                      f'without {missing}, which linen needs for the legacy '
+                      'numbers')
+      inner = Ref('layer', layer, None)
+      return (Ref('partial', inner, None) if any(choice[2]) else inner), None
+    return Ref('class', choice[1][0], 'field'), None
 
   def __call__(self, expr):
     ctx = self.up.ctx
@@ -107,6 +137,12 @@ class Resolver:
         return self.locals[expr.value]
       # a hyper-parameter holding a module; an alias X = M.partial(...)
       ref, why = aliases_rule.resolve_field_module(self, expr.value)
+      if ref is None and (why or expr.value in getattr(self.up, 'fields',
+                                                       ())):
+        # what the codebase binds it to, followed through values (flow.py)
+        ref2, why2 = self.from_flow(expr)
+        if ref2 is not None or why2:
+          ref, why = ref2, why2
       if why:
         self.why_not[expr.value] = why
       if ref is not None or why:
@@ -117,7 +153,12 @@ class Resolver:
       layer = subclasses.param_layer(ctx.codebase, info)
       if layer is not None:  # class StdConv(nn.Conv) overriding param
         return Ref('layer', layer, None)
-      return aliases_rule.resolve_alias(self, expr.value)
+      ref = aliases_rule.resolve_alias(self, expr.value)
+      if ref is None and self.flow_ok:
+        ref, why = self.from_flow(expr)
+        if why:
+          self.why_not[expr.value] = why
+      return ref
     if (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)
         and expr.value.value not in self.locals):
       # module.Class, ``module`` an imported file of the codebase
@@ -128,7 +169,12 @@ class Resolver:
       layer = subclasses.param_layer(ctx.codebase, info)
       if layer is not None:
         return Ref('layer', layer, None)
-      return None
+    if isinstance(expr, (cst.Attribute, cst.Subscript)) and self.flow_ok:
+      # self.network, KNOWN_MODELS[name]: what it holds (flow.py)
+      ref, why = self.from_flow(expr)
+      if why:
+        self.why_not[self.up.ctx.code_of(expr)] = why
+      return ref
     if isinstance(expr, cst.Call):
       f = expr.func
       if isinstance(f, cst.Attribute) and f.attr.value in ('partial',
@@ -484,6 +530,9 @@ class ApplyRewriter(transform.Upgrader):
   def __init__(self, up, info, fn):
     super().__init__(up.ctx)
     self.info = info
+    # flow.py scope of the body (the class's leave has left its scope)
+    self._quals = list(getattr(up, '_quals', [])) + (
+        [info.name, 'apply'] if info.kind == 'class' else [info.name])
     self.fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
     self.resolver = Resolver(self, {})
     for _ in range(4):  # to a fixpoint: ``B = A.partial(...)``, A local
