@@ -3,6 +3,7 @@
 import difflib
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 
@@ -57,6 +58,30 @@ def _legacy_markers():
 
 def _may_need_rewrite(code, markers):
   return any(m in code for m in markers)
+
+
+_IMPORT_LINE = re.compile(r'^\s*(?:from\s+\S+\s+)?import\s+.*$', re.M)
+
+
+def _parse_importers(files):
+  """Also parses the files that import a parsed one (a test handing a
+  class to a library function): the facts pass (flow.py) follows values
+  through their calls.  To a fixpoint: importers of importers too."""
+  while True:
+    stems = {os.path.splitext(os.path.basename(sf.rel))[0]
+             for sf in files if sf.module is not None}
+    stems.discard('__init__')
+    if not stems:
+      return
+    word = re.compile(r'\b(?:' + '|'.join(sorted(map(re.escape, stems)))
+                      + r')\b')
+    more = [sf for sf in files if sf.module is None and sf.error is None
+            and sf.code is not None and any(
+                word.search(line) for line in _IMPORT_LINE.findall(sf.code))]
+    if not more:
+      return
+    for sf in more:
+      _parse(sf)
 
 
 NAMES = ('legacy', 'linen')
@@ -211,7 +236,10 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
       sf.code = fh.read()
     if _may_need_rewrite(sf.code, markers):
       _parse(sf)
-    else:  # nothing any rule looks for; still name a syntax error
+  _parse_importers(files)
+  for sf in files:
+    if sf.module is None and sf.error is None:
+      # nothing any rule looks for; still name a syntax error
       try:
         compile(sf.code, sf.path, 'exec', dont_inherit=True)
         sf.new_code = sf.code

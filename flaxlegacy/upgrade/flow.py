@@ -8,7 +8,10 @@ codebase, the set of abstract values it can hold:
 * ``('layer', name, keywords)`` -- a legacy layer (``nn.Conv``), likewise;
 * ``('model', site)`` -- an ``nn.Model`` (one per ``nn.Model(...)`` call;
   its module values in the slot ``site``);
-* ``('optimizer',)`` -- a ``flax.optim`` optimizer (``optim.X(...).create``);
+* ``('optdef', name)`` -- a ``flax.optim`` optimizer definition
+  (``optim.Adam(...)``);
+* ``('optimizer', site)`` -- an optimizer (one per ``...create(target)``
+  call; ``Flow.optimizer_sites`` has the call);
 * ``('collection',)`` -- an ``nn.Collection`` (``with nn.stateful() as s``);
 * ``('func', file, qualname)`` / ``('cls', file, qualname)`` /
   ``('instance', file, qualname)`` / ``('module', file)`` -- a function, a
@@ -46,7 +49,6 @@ OPTIMIZER_METHODS = frozenset(('create', 'apply_gradient', 'replicate',
                                'unreplicate', 'optimize'))
 NONE = ('none',)
 OTHER = ('other',)
-OPTIMIZER = ('optimizer',)
 COLLECTION = ('collection',)
 MAX_ROUNDS = 12
 # kinds of values a legacy object rewrite cares about
@@ -299,6 +301,8 @@ class Flow:
     self.not_loads = set()  # ids of Name nodes that are not loads
     self.values = {}  # slot -> set of values
     self.observed = {}  # slot -> set of values seen at run time
+    # ('o', rel, id(call)) -> (rel, scope, the optim ...create(...) call)
+    self.optimizer_sites = {}
     self._module_files = {}
     self._called_positions = set()
 
@@ -632,15 +636,19 @@ class Flow:
     if isinstance(f, cst.Attribute) and f.attr.value in OPTIMIZER_METHODS:
       base = self.expr_values(rel, qual, f.value)
       if f.attr.value == 'create' and any(v[0] == 'optdef' for v in base):
-        return {OPTIMIZER} | ({UNKNOWN} if any(
+        # one optimizer value per creation site (optimizer_sites)
+        site = ('o', rel, id(call))
+        self.optimizer_sites[site] = (rel, qual, call)
+        return {('optimizer', site)} | ({UNKNOWN} if any(
             v[0] != 'optdef' for v in base) else set())
-      if f.attr.value != 'create' and OPTIMIZER in base:
-        # apply_gradient / replicate ... of an optimizer: an optimizer
+      opts = {v for v in base if v[0] == 'optimizer'}
+      if f.attr.value != 'create' and opts:
+        # apply_gradient / replicate ... of an optimizer: the optimizer
         # (optimize: (optimizer, loss[, aux]))
+        rest = {UNKNOWN} if len(opts) != len(base) else set()
         if f.attr.value == 'optimize':
-          return {('tuple*', OPTIMIZER)} | ({UNKNOWN} if len(base) > 1
-                                            else set())
-        return {OPTIMIZER} | ({UNKNOWN} if len(base) > 1 else set())
+          return {('tuple*', o) for o in opts} | rest
+        return opts | rest
     if facts_lib.dotted(f) == 'functools.partial' and call.args:
       return self._partial(rel, qual, call.args[0].value, call.args[1:])
     if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
