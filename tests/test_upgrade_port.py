@@ -933,3 +933,131 @@ def test_objects_whose_rewrites_would_disagree_keep_todos():
   assert 'grad = jax.grad(loss_fn)(optimizer.target)' in new
   assert 'return jnp.mean((model(states) - target_network(states)) ** 2)' \
       in new
+
+
+# -- --observe: facts from running the codebase's tests ----------------------
+
+OBSERVE_FILES = {
+    'models.py': '''\
+        from flax import nn
+
+
+        class Small(nn.Module):
+
+          def apply(self, x, features=2):
+            return nn.Dense(x, features, kernel_init=nn.initializers.ones)
+
+
+        class Wide(nn.Module):
+
+          def apply(self, x, features=2):
+            return 2. * nn.Dense(x, features, kernel_init=nn.initializers.ones)
+        ''',
+    'train.py': '''\
+        import jax
+        import jax.numpy as jnp
+
+        import models
+
+
+        def build(model_cls, x):
+          m = model_cls.partial(features=3)
+          y, _ = m.init(jax.random.PRNGKey(0), x)
+          return y
+
+
+        def run(name):
+          # a registry by name: the source cannot tell which class
+          return build(getattr(models, name), jnp.ones((1, 4)))
+        ''',
+    'train_test.py': '''\
+        import json
+
+        import train
+
+
+        def test_run():
+          print(json.dumps([train.run('Small').tolist(),
+                            train.run('Wide').tolist()]))
+
+
+        if __name__ == '__main__':
+          test_run()
+        ''',
+}
+
+
+def test_observe_stands_in_where_the_source_cannot_tell(tmp_path):
+  import json  # pylint: disable=g-import-not-at-top
+  # the source alone: a TODO (getattr(models, name) is not known)
+  src, out, _, report = _upgrade_dir(tmp_path / 'static', OBSERVE_FILES)
+  assert any('model_cls.partial' in t['why']
+             for t in report['files']['train.py']['left'])
+  # observed: both classes reach build's model_cls, and they split alike
+  src = tmp_path / 'src'
+  for rel, text in OBSERVE_FILES.items():
+    src.mkdir(exist_ok=True)
+    (src / rel).write_text(textwrap.dedent(text))
+  out = tmp_path / 'out'
+  cmd = f'{sys.executable} train_test.py'
+  cwd = os.getcwd()
+  os.chdir(src)
+  try:
+    status, report = api.upgrade_paths([str(src)], out=str(out), observe=cmd)
+  finally:
+    os.chdir(cwd)
+  assert status == 0
+  new = (out / 'train.py').read_text()
+  assert 'm = functools.partial(model_cls, features=3)' in new
+  assert 'y, _variables = m().init_with_output(jax.random.PRNGKey(0), x)' \
+      in new
+  assert not report['files']['train.py']['left'], report['files']
+  runs = []
+  for root, off in ((src, False), (out, True)):
+    env = {k: v for k, v in os.environ.items() if k != 'FLAXLEGACY'}
+    env.update(JAX_PLATFORMS='cpu', PYTHONPATH=str(root))
+    if off:
+      env['FLAXLEGACY'] = 'off'
+    p = subprocess.run([sys.executable, 'train_test.py'], cwd=str(root),
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+  np.testing.assert_allclose(runs[1], runs[0], rtol=1e-6)
+
+
+def test_observed_fact_the_source_contradicts_is_a_todo(tmp_path):
+  files = dict(OBSERVE_FILES)
+  files['train.py'] = '''\
+      import jax
+      import jax.numpy as jnp
+
+      import models
+
+
+      def build(model_cls, x):
+        m = model_cls.partial(features=3)
+        y, _ = m.init(jax.random.PRNGKey(0), x)
+        return y
+
+
+      def run():
+        return build(models.Small, jnp.ones((1, 4)))
+      '''
+  files['train_test.py'] = '''\
+      import models
+      import train
+
+      models.Small = models.Wide  # what the source does not follow
+      train.run()
+      '''
+  src = tmp_path / 'src'
+  src.mkdir()
+  for rel, text in files.items():
+    (src / rel).write_text(textwrap.dedent(text))
+  status, report = api.upgrade_paths(
+      [str(src)], out=str(tmp_path / 'out'),
+      observe=f'cd {src} && {sys.executable} train_test.py')
+  whys = [t['why'] for t in report['files']['train.py']['left']]
+  assert any("'model_cls': the run shows module class Wide (models.py) "
+             'where the source shows only module class Small (models.py)'
+             in w for w in whys), whys

@@ -106,6 +106,8 @@ def _analyse(files, names='legacy', observed=None):
   for sf in files:
     if sf.module is not None:
       values.add_file(sf.rel, sf.module, codebase.files[sf.rel])
+  if observed:
+    values.observe(observed)
   codebase.flow = values.solve()
   return codebase
 
@@ -200,8 +202,12 @@ def _src_names(srcs):
 
 
 def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
-                  stdout=None, names='legacy'):
+                  stdout=None, names='legacy', observe=None):
   """Runs the upgrade; returns (exit status, report dict).
+
+  ``observe``: a shell command (the codebase's tests) to run under the layer
+  first: the legacy objects it shows at each call are facts too
+  (observe.py).
 
   ``names='linen'``: leave out the ``name=`` that only reproduces a legacy
   auto-name, where linen's own name is known; the report's ``rename_map``
@@ -246,7 +252,14 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
       except SyntaxError as e:
         sf.error = f'{sf.path}:{e.lineno}:{e.offset}: syntax error: {e.msg}'
         sf.report.error = sf.error
-  codebase = _analyse(files, names)
+  observed = None
+  if observe:
+    from flaxlegacy.upgrade import observe as observe_lib  # pylint: disable=g-import-not-at-top
+    roots = [(src if os.path.isdir(src) else os.path.dirname(
+        os.path.abspath(src)), under.get(src, '') if os.path.isdir(src)
+              else '') for src in srcs]
+    observed = observe_lib.run(observe, roots)
+  codebase = _analyse(files, names, observed)
   _transform_all(files, codebase)
   changed = [sf for sf in files if sf.new_code is not None
              and sf.new_code != sf.code]

@@ -301,6 +301,7 @@ class Flow:
     self.not_loads = set()  # ids of Name nodes that are not loads
     self.values = {}  # slot -> set of values
     self.observed = {}  # slot -> set of values seen at run time
+    self._stand_in = {}  # slot -> observed values standing in for unknown
     # ('o', rel, id(call)) -> (rel, scope, the optim ...create(...) call)
     self.optimizer_sites = {}
     self._module_files = {}
@@ -312,6 +313,10 @@ class Flow:
     module.visit(_Collect(self, rel, file_facts))
 
   def _add(self, slot, vals):
+    if UNKNOWN in vals and slot in self._stand_in:
+      # --observe: what the run showed stands in for what the source
+      # cannot tell
+      vals = set(vals) - {UNKNOWN}
     cur = self.values.setdefault(slot, set())
     n = len(cur)
     cur |= vals
@@ -320,9 +325,46 @@ class Flow:
       return True
     return False
 
+  def observe(self, facts):
+    """Values seen at run time (observe.py): {(rel, qual, parameter):
+    values}; call before ``solve``."""
+    for (rel, qual, param), vals in facts.items():
+      self.observed.setdefault(('v', rel, qual, param), set()).update(vals)
+
   def solve(self):
-    """Runs the constraints to a fixpoint (or MAX_ROUNDS: then every slot
-    still changing also holds ``unknown``)."""
+    """The facts from the source alone; then, with ``--observe`` facts,
+    again with the observed values standing in for the ``unknown`` of the
+    parameters they were seen at (where the source names every value and the
+    run shows another, a contradiction: ``contradictions``)."""
+    self._solve()
+    self.contradictions = {}
+    if not self.observed:
+      return self
+    stand_in = {}
+    for slot, seen in self.observed.items():
+      static = self.values.get(slot, set())
+      seen = {_observed_value(v) for v in seen}
+      if UNKNOWN in static or not static:
+        stand_in[slot] = seen
+        continue
+      new = {v for v in seen if _shape(v) not in {_shape(w) for w in static}}
+      if new:
+        self.contradictions[slot] = (
+            f'the run shows {", ".join(sorted(map(_describe, new)))} '
+            f'where the source shows only '
+            f'{", ".join(sorted(map(_describe, static)))}')
+    if stand_in:
+      self.values = {}
+      self._stand_in = stand_in
+      self._solve()
+    return self
+
+  def contradiction(self, rel, qual, name):
+    """Why the run contradicts the source for ``name`` in ``qual``."""
+    slot = self._name_slot(rel, qual, name)
+    return getattr(self, 'contradictions', {}).get(slot)
+
+  def _solve(self):
     call_nodes = set()
     for c in self.constraints:
       if c[0] == 'call':
@@ -354,12 +396,17 @@ class Flow:
 
   def _open_params(self):
     changed = False
+    stand_in = self._stand_in
+    for slot, seen in stand_in.items():
+      changed |= self._add(slot, seen)
     for d in self.defs.values():
       if d.open or d.escapes or not d.called:
         if self._is_apply(d) and d.called and not d.open:
           continue
         names = d.names()[1:] if d.is_method else d.names()
         for n in names:
+          if d.slot(n) in stand_in:
+            continue  # what the run showed stands in for the unknown
           changed |= self._add(d.slot(n), {UNKNOWN})
     return changed
 
@@ -843,6 +890,31 @@ _BUILTINS = frozenset(('len', 'range', 'int', 'float', 'str', 'list', 'dict',
                        'property', 'staticmethod', 'classmethod', 'map',
                        'filter', 'iter', 'next', 'reversed', 'round', 'bool',
                        'repr', 'format', 'open', 'id', 'hash', 'vars'))
+
+
+def _observed_value(v):
+  if v[0] == 'observed-optimizer':
+    return ('optimizer', ('observed',))
+  if v[0] == 'observed-model':
+    return ('model', ('observed', v[1]))
+  return v
+
+
+def _shape(v):
+  """What a contradiction compares: the kind and the class / layer."""
+  if v[0] == 'class':
+    return ('class', v[1], v[2])
+  if v[0] == 'layer':
+    return ('layer', v[1])
+  return (v[0],)
+
+
+def _describe(v):
+  if v[0] == 'class':
+    return f'module class {v[2]} ({v[1]})'
+  if v[0] == 'layer':
+    return f'legacy layer {v[1]}'
+  return v[0]
 
 
 def _int_index(sub):

@@ -101,8 +101,14 @@ class Resolver:
                                                    'flow_values') else None
     if values is None:
       return None, None
-    choice, why = flow_lib.module_choice(self.up.ctx.codebase, values)
     name = self.up.ctx.code_of(expr)
+    if isinstance(expr, cst.Name):
+      flow = self.up.ctx.codebase.flow
+      why = flow.contradiction(self.up.ctx.facts.path, self.up.qual(),
+                               expr.value)
+      if why:  # --observe: the run and the source disagree
+        return None, f'{name!r}: {why}; rewrite its uses by hand'
+    choice, why = flow_lib.module_choice(self.up.ctx.codebase, values)
     if choice is None:
       return None, (f'{name!r}: {why}; rewrite its uses by hand' if why
                     else None)

@@ -86,6 +86,9 @@ def param_kind(codebase, rel, qual, name, model_class=None):
   flow = _flow(codebase)
   if flow is None:
     return None, None
+  why = getattr(flow, 'contradictions', {}).get(('v', rel, qual, name))
+  if why:  # --observe: the run and the source disagree
+    return None, why
   vals = flow.param_values(rel, qual, name)
   kept = kept_optimizers(codebase, vals, model_class)
   if kept:
