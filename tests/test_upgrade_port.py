@@ -1061,3 +1061,73 @@ def test_observed_fact_the_source_contradicts_is_a_todo(tmp_path):
   assert any("'model_cls': the run shows module class Wide (models.py) "
              'where the source shows only module class Small (models.py)'
              in w for w in whys), whys
+
+
+VIT = '''\
+from flax import nn
+import jax.numpy as jnp
+
+
+class Encoder1DBlock(nn.Module):
+
+  def apply(self, inputs, mlp_dim, dtype=jnp.float32, dropout_rate=0.1,
+            attention_dropout_rate=0.1, deterministic=True,
+            **attention_kwargs):
+    x = nn.LayerNorm(inputs, dtype=dtype)
+    x = nn.SelfAttention(x, dtype=dtype, attention_axis=(1,),
+                         causal_mask=False, broadcast_dropout=False,
+                         deterministic=deterministic,
+                         dropout_rate=attention_dropout_rate,
+                         **attention_kwargs)
+    x = x + inputs
+    y = nn.LayerNorm(x, dtype=dtype)
+    y = nn.Dense(y, mlp_dim)
+    return x + nn.Dense(nn.gelu(y), inputs.shape[-1])
+
+
+class Encoder(nn.Module):
+
+  def apply(self, inputs, num_layers, mlp_dim, dropout_rate=0.1, train=False,
+            **attention_kwargs):
+    x = inputs
+    for lyr in range(num_layers):
+      x = Encoder1DBlock(x, mlp_dim=mlp_dim, dropout_rate=dropout_rate,
+                         deterministic=not train,
+                         name=f'encoderblock_{lyr}', **attention_kwargs)
+    return nn.LayerNorm(x, name='encoder_norm')
+
+
+class VisionTransformer(nn.Module):
+
+  def apply(self, x, num_classes=3, train=False, hidden_size=8,
+            transformer=None):
+    x = nn.Dense(x, hidden_size, name='embedding')
+    x = Encoder(x, train=train, name='Transformer', **transformer)
+    return nn.Dense(x[:, 0], num_classes, name='head')
+
+
+CONFIGS = {'tiny': dict(transformer=dict(num_layers=2, mlp_dim=16,
+                                         num_heads=2,
+                                         attention_dropout_rate=0.0,
+                                         dropout_rate=0.0))}
+KNOWN_MODELS = {name: VisionTransformer.partial(**config)
+                for name, config in CONFIGS.items()}
+Tiny = KNOWN_MODELS['tiny']
+'''
+
+
+def test_vision_transformer_config_splat_verified(tmp_path):
+  """The published vision transformer's shape: a config dict splatted into
+  the encoder (named hyper-parameters and an attention catch-all), again
+  into the blocks (whose own dropout rate is in it), and into
+  ``nn.SelfAttention``; a table of ``.partial(**config)``.  Same numbers as
+  the legacy model."""
+  new, rep = up(VIT)
+  assert not rep.left, rep.left
+  assert "**_legacy_attention_kwargs(self.attention_kwargs, 'ctor'," in new
+  assert ('KNOWN_MODELS = {name: functools.partial(VisionTransformer, '
+          '**config)') in new
+  src, out, status, report = _upgrade_dir(tmp_path, {'models.py': VIT})
+  _verify(src / 'models.py', out / 'models.py', report, [
+      dict(class_name='Tiny', report_class='VisionTransformer',
+           inputs=[((2, 5, 4), 'float32')], hyper={})])

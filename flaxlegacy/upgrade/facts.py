@@ -33,6 +33,7 @@ from libcst.helpers import get_full_name_for_node
 
 ARRAY_ATTRS = frozenset(('shape', 'ndim', 'dtype', 'reshape', 'astype', 'T',
                          'size', 'sum', 'mean', 'transpose', 'squeeze'))
+WEAK_ARRAY_ATTRS = frozenset(('size',))
 NOT_ARRAY_CALLS = frozenset((
     'len', 'range', 'int', 'float', 'tuple', 'list', 'isinstance', 'print',
     'str', 'dict', 'enumerate', 'zip', 'max', 'min', 'sum', 'getattr',
@@ -282,6 +283,7 @@ class _FileVisitor(cst.CSTVisitor):
     usage = _UsageVisitor(set(info.params))
     fn.body.visit(usage)
     info.array_params = usage.array - usage.driven
+    info.weak_array = usage.weak - usage.array - usage.driven
     info.child_calls = usage.child_calls
     info.driven = usage.driven
     return info
@@ -440,13 +442,17 @@ class _UsageVisitor(cst.CSTVisitor):
   def __init__(self, params):
     self.params = params
     self.array = set()
+    self.weak = set()  # only ``p.size``: an array, or a config's field
     self.child_calls = []
     self.driven = set()
 
   def visit_Attribute(self, node):
     if (isinstance(node.value, cst.Name) and node.value.value in self.params
         and node.attr.value in ARRAY_ATTRS):
-      self.array.add(node.value.value)
+      if node.attr.value in WEAK_ARRAY_ATTRS:
+        self.weak.add(node.value.value)
+      else:
+        self.array.add(node.value.value)
 
   def visit_Subscript(self, node):
     if isinstance(node.value, cst.Name) and node.value.value in self.params:
@@ -567,7 +573,10 @@ class CodebaseFacts:
           info.fields.append(p)
         elif p in partial:
           info.fields.append(p)
-        elif p in info.array_params:
+        elif p in info.array_params or (
+            p in getattr(info, 'weak_array', ()) and '**' not in partial):
+          # (``p.size`` of a module some .partial(**config) builds: a
+          # config's field as likely as an array's size: a field)
           info.call.append(p)
         else:
           info.fields.append(p)

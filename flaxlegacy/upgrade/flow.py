@@ -472,7 +472,11 @@ class Flow:
       if tag == 'elements':
         out = set()
         for v in self.expr_values(rel, qual, value[1]):
-          if v[0] == 'container':
+          if v[0] == 'container' and v[1][0] == 'pairs':
+            out.add(('pair', v[1][1]))
+          elif v[0] == 'container' and v[1] == ('keys',):
+            out.add(OTHER)
+          elif v[0] == 'container':
             out |= self.values.get(v[1], set())
           elif v[0] == 'tuple':
             for i in range(v[2]):
@@ -486,6 +490,8 @@ class Flow:
         for v in self._eval_value(rel, qual, inner):
           if v[0] == 'tuple*':  # (optimizer, loss, ...) of optimize()
             out.add(v[1] if i == 0 else OTHER)
+          elif v[0] == 'pair' and n == 2:  # (key, value) of T.items()
+            out |= self.values.get(v[1], set()) if i == 1 else {OTHER}
           elif v[0] == 'tuple' and v[2] == n:
             out |= self.values.get((v[1], i), set())
           elif v[0] == 'container':
@@ -644,6 +650,13 @@ class Flow:
           vals.add(UNKNOWN)
       self._add(site, vals)
       return {('container', site)}
+    if isinstance(expr, (cst.DictComp, cst.ListComp, cst.SetComp,
+                         cst.GeneratorExp)):
+      # {k: M.partial(**c) for k, c in ...}: a table of its element values
+      site = ('c', rel, id(expr))
+      elt = expr.value if isinstance(expr, cst.DictComp) else expr.elt
+      self._add(site, self.expr_values(rel, qual, elt))
+      return {('container', site)}
     if isinstance(expr, cst.Tuple):
       if any(isinstance(e, cst.StarredElement) for e in expr.elements):
         return {UNKNOWN}
@@ -700,6 +713,21 @@ class Flow:
       return self._partial(rel, qual, call.args[0].value, call.args[1:])
     if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
       return self._partial(rel, qual, f.value, call.args)
+    if isinstance(f, cst.Attribute) and f.attr.value in (
+        'items', 'values', 'keys') and not call.args:
+      # T.values() / T.items() of a table: its entries ((key, value) pairs)
+      base = self.expr_values(rel, qual, f.value)
+      out = set()
+      for v in base:
+        if v[0] != 'container':
+          out.add(UNKNOWN)
+        elif f.attr.value == 'values':
+          out.add(v)
+        elif f.attr.value == 'keys':
+          out.add(('container', ('keys',)))
+        else:
+          out.add(('container', ('pairs', v[1])))
+      return out
     out = set()
     for v in self.expr_values(rel, qual, f):
       if v[0] == 'func':
