@@ -44,6 +44,10 @@ import libcst as cst
 from flaxlegacy.upgrade import facts as facts_lib
 
 UNKNOWN = ('unknown',)
+# jax transformations of a function, called with its arguments
+SAME_RETURN = frozenset(('jit', 'pmap', 'vmap', 'remat', 'checkpoint',
+                         'named_call', 'xmap'))
+JAX_WRAPPERS = SAME_RETURN | frozenset(('grad', 'value_and_grad'))
 # legacy optimizer methods returning an optimizer (or, optimize, a tuple)
 OPTIMIZER_METHODS = frozenset(('create', 'apply_gradient', 'replicate',
                                'unreplicate', 'optimize'))
@@ -369,6 +373,11 @@ class Flow:
     for c in self.constraints:
       if c[0] == 'call':
         call_nodes.add(id(c[3].func))
+        name = facts_lib.dotted(c[3].func) or ''
+        if (name.split('.')[-1] in JAX_WRAPPERS
+            and name.split('.')[0] in ('jax', 'flax') and c[3].args):
+          # jax.jit(f): f is called through the wrapper's calls
+          call_nodes.add(id(c[3].args[0].value))
     for rel, qual, node in self.loads:
       if id(node) in call_nodes:
         continue
@@ -686,8 +695,9 @@ class Flow:
   def _call_values(self, rel, qual, call):
     f = call.func
     f_facts = self._module_files.get(rel)
-    if f_facts is not None and facts_lib.legacy_attr(
-        f, f_facts.nn_prefixes) == 'Model' and call.args:
+    if f_facts is not None and (facts_lib.legacy_attr(
+        f, f_facts.nn_prefixes) == 'Model' or _kept_model(f, f_facts)) and (
+            call.args):
       site = ('m', rel, id(call))  # the model's module values
       self._add(site, self.expr_values(rel, qual, call.args[0].value))
       return {('model', site)}
@@ -711,6 +721,20 @@ class Flow:
         return opts | rest
     if facts_lib.dotted(f) == 'functools.partial' and call.args:
       return self._partial(rel, qual, call.args[0].value, call.args[1:])
+    name = facts_lib.dotted(f) or ''
+    if (name.split('.')[-1] in JAX_WRAPPERS and name.split('.')[0] in (
+        'jax', 'flax') and call.args and call.args[0].keyword is None):
+      # jax.jit(f) / jax.pmap(f, ...): f, called with the same arguments
+      # (jax.grad(f): likewise, returning something else)
+      out = set()
+      for v in self.expr_values(rel, qual, call.args[0].value):
+        if v[0] == 'func' and name.split('.')[-1] in SAME_RETURN:
+          out.add(v)
+        elif v[0] == 'func':
+          out.add(('wrapped', v[1], v[2]))
+        else:
+          out.add(UNKNOWN)
+      return out
     if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
       return self._partial(rel, qual, f.value, call.args)
     if isinstance(f, cst.Attribute) and f.attr.value in (
@@ -742,8 +766,9 @@ class Flow:
         site = ('t', rel, id(call))
         self._add((site, 0), {UNKNOWN})
         if v[2].startswith('create'):
-          self._add(('m', rel, id(call)), {v[1]})
-          self._add((site, 1), {('model', ('m', rel, id(call)))})
+          # ('mc': a model the program rules make params where it is made)
+          self._add(('mc', rel, id(call)), {v[1]})
+          self._add((site, 1), {('model', ('mc', rel, id(call)))})
         else:
           self._add((site, 1), {('params',)})
         out.add(('tuple', site, 2))
@@ -810,7 +835,7 @@ class Flow:
                 'call': 1, 'create': 1, 'init_by_shape': None,
                 'create_by_shape': None}.get(method, None)
         targets.append((d, skip, 1))
-      elif method is None and v[0] == 'func':
+      elif method is None and v[0] in ('func', 'wrapped'):
         d = self.defs.get((v[1], v[2]))
         if d is not None:
           targets.append((d, 0, 1 if d.is_method else 0))
@@ -918,6 +943,15 @@ _BUILTINS = frozenset(('len', 'range', 'int', 'float', 'str', 'list', 'dict',
                        'property', 'staticmethod', 'classmethod', 'map',
                        'filter', 'iter', 'next', 'reversed', 'round', 'bool',
                        'repr', 'format', 'open', 'id', 'hash', 'vars'))
+
+
+def _kept_model(func, file_facts):
+  """``nn.Model`` where ``nn`` is flax.linen: an nn.Model an earlier
+  upgrade kept (linen has no Model), so a second run decides alike."""
+  if not (isinstance(func, cst.Attribute) and func.attr.value == 'Model'):
+    return False
+  base = facts_lib.dotted(func.value)
+  return base == 'flax.linen' or file_facts.imports.get(base) == 'flax.linen'
 
 
 def _observed_value(v):

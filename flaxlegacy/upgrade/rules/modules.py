@@ -94,6 +94,9 @@ class Resolver:
     # flow.py facts are about the legacy source's nodes: only for
     # expressions of the original tree
     self.flow_ok = flow_ok
+    # off while a body's local aliases are being resolved (_LocalScan):
+    # a local not known yet is not an unknown value
+    self.flow_names = True
 
   def from_flow(self, expr):
     """(Ref or None, why or None) from what ``expr`` can hold."""
@@ -147,8 +150,10 @@ class Resolver:
                                                        ())):
         # what the codebase binds it to, followed through values (flow.py)
         ref2, why2 = self.from_flow(expr)
-        if ref2 is not None or why2:
-          ref, why = ref2, why2
+        if ref2 is not None:
+          ref, why = ref2, None
+        elif why2 and not why:
+          why = why2
       if why:
         self.why_not[expr.value] = why
       if ref is not None or why:
@@ -160,7 +165,7 @@ class Resolver:
       if layer is not None:  # class StdConv(nn.Conv) overriding param
         return Ref('layer', layer, None)
       ref = aliases_rule.resolve_alias(self, expr.value)
-      if ref is None and self.flow_ok:
+      if ref is None and self.flow_ok and self.flow_names:
         ref, why = self.from_flow(expr)
         if why:
           self.why_not[expr.value] = why
@@ -541,6 +546,7 @@ class ApplyRewriter(transform.Upgrader):
         [info.name, 'apply'] if info.kind == 'class' else [info.name])
     self.fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
     self.resolver = Resolver(self, {})
+    self.resolver.flow_names = False
     for _ in range(4):  # to a fixpoint: ``B = A.partial(...)``, A local
       scan = _LocalScan(self.resolver)
       fn.body.visit(scan)
@@ -548,6 +554,7 @@ class ApplyRewriter(transform.Upgrader):
       if found.keys() == self.resolver.locals.keys():
         break
       self.resolver.locals = found
+    self.resolver.flow_names = True
     self.assigned_fields = sorted(self.fields & scan.assigned)
     self._skip_names = set()
     # locals holding X.partial(...) or a module from outside (wmt's embed)

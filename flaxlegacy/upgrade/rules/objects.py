@@ -63,47 +63,52 @@ def _kind(v):
 
 
 def kind_of_values(vals):
-  """(kind or None, conflict why or None) for a set of values."""
+  """(kind or None, conflict why or None, whether some values are
+  unknown) for a set of values.  None (a default) agrees with any kind."""
   if not vals:
-    return None, None
+    return None, None, True
+  unknown = flow_lib.UNKNOWN in vals
   kinds = {_kind(v) for v in vals}
   legacy = kinds - {None}
   if not legacy:
-    return None, None
+    return None, None, unknown
   if len(legacy) > 1:
-    return None, 'it holds an optimizer in some runs and a model in others'
+    return (None, 'it holds an optimizer in some runs and a model in others',
+            unknown)
   kind = legacy.pop()
-  others = {v[0] for v in vals if _kind(v) is None}
+  others = {v[0] for v in vals if _kind(v) is None} - {'unknown', 'none'}
   if others:
     return None, (f'it holds a legacy {kind} in some runs and something '
-                  f'else ({", ".join(sorted(others))}) in others')
-  return kind, None
+                  f'else ({", ".join(sorted(others))}) in others'), unknown
+  return kind, None, unknown
 
 
 def param_kind(codebase, rel, qual, name, model_class=None):
-  """(kind, why) for a function parameter ``name`` of scope ``qual``:
-  an optimizer made where the upgrade keeps it legacy is a why."""
+  """(kind, why, unknown) for a function parameter ``name`` of scope
+  ``qual``: an optimizer made where the upgrade keeps it legacy is a why."""
   flow = _flow(codebase)
   if flow is None:
-    return None, None
+    return None, None, True
   why = getattr(flow, 'contradictions', {}).get(('v', rel, qual, name))
   if why:  # --observe: the run and the source disagree
-    return None, why
+    return None, why, False
   vals = flow.param_values(rel, qual, name)
   kept = kept_optimizers(codebase, vals, model_class)
   if kept:
-    return None, f'it holds a legacy optimizer the upgrade keeps ({kept[0]})'
+    return (None, f'it holds a legacy optimizer the upgrade keeps '
+            f'({kept[0]})', False)
   return kind_of_values(vals)
 
 
 def attr_kind(codebase, rel, qual, expr, model_class=None):
-  """(kind, why) for ``self.x`` / ``obj.x``."""
+  """(kind, why, unknown) for ``self.x`` / ``obj.x``."""
   vals = values(codebase, rel, qual, expr)
   if vals is None:
-    return None, None
+    return None, None, True
   kept = kept_optimizers(codebase, vals, model_class)
   if kept:
-    return None, f'it holds a legacy optimizer the upgrade keeps ({kept[0]})'
+    return (None, f'it holds a legacy optimizer the upgrade keeps '
+            f'({kept[0]})', False)
   return kind_of_values(vals)
 
 
@@ -174,7 +179,8 @@ def optimizer_kept(codebase, site, model_class=None):
   if not call.args:
     return 'create() without a target'
   for v in flow.values_of(rel, qual, call.args[0].value):
-    if v[0] == 'model' and _site_reach(codebase, v[1], model_class):
+    if v[0] == 'model' and v[1][0] == 'm' and _site_reach(
+        codebase, v[1], model_class):
       return ('it optimizes a model that goes where its module is not known '
               '(kept as nn.Model)')
   return None
@@ -188,6 +194,17 @@ def kept_optimizers(codebase, vals, model_class=None):
       why = optimizer_kept(codebase, v[1], model_class)
       if why:
         out.append(why)
+  return out
+
+
+def kept_models(codebase, rel, qual, expr, model_class=None):
+  """The places that keep the models ``expr`` can hold as nn.Model (a
+  list; empty when every one is rewritten)."""
+  vals = values(codebase, rel, qual, expr) or ()
+  out = []
+  for v in vals:
+    if v[0] == 'model' and v[1][0] == 'm':
+      out += _site_reach(codebase, v[1], model_class)
   return out
 
 

@@ -500,9 +500,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if isinstance(expr, cst.Attribute):
       if expr.attr.value == 'target' and self.kind_of(expr.value) == OPT:
         return MODEL
-      kind, why = objects.attr_kind(self.codebase, self.f.path, self._qual(),
-                                    expr, self.model_class)
-      if kind == 'optimizer':
+      kind, why, unknown = objects.attr_kind(
+          self.codebase, self.f.path, self._qual(), expr, self.model_class)
+      if kind == 'optimizer' and (not unknown
+                                  or expr.attr.value == 'optimizer'):
         return OPT
       if why:
         return None
@@ -606,16 +607,24 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       n = p.name.value
       # what the codebase passes it (flow.py): an optimizer whatever its
       # name; one in some runs and something else in others: a TODO
-      kind, why = objects.param_kind(self.codebase, self.f.path,
-                                     self._qual(), n, self.model_class)
+      kind, why, unknown = objects.param_kind(
+          self.codebase, self.f.path, self._qual(), n, self.model_class)
       if why:
         self.todo(node, f'parameter {n!r}: {why}; the upgrade rewrites '
                   'a legacy object only where every value agrees: port this '
                   'function by hand')
         self.scope.kinds[n] = None  # not by its name either
         continue
-      if kind == 'optimizer':
+      if kind == 'optimizer' and (not unknown or n in OPT_PARAM_NAMES):
         self.scope.kinds[n] = OPT
+        continue
+      if kind == 'optimizer':
+        # an optimizer from the codebase's calls, something unknown from
+        # others: neither rewritten as a TrainState nor left silently
+        self.todo(node, f'parameter {n!r}: it holds a legacy optimizer in '
+                  'the calls the codebase makes, and values the upgrade '
+                  'cannot see in others; port this function by hand')
+        self.scope.kinds[n] = None
         continue
       src = self.f.loss_fns.get(node.name.value)
       if (src is not None and i == 0 and src.isidentifier()
@@ -1207,6 +1216,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         isinstance(f, cst.Attribute) and f.attr.value == 'assertIsInstance'):
       if len(original_node.args) == 2 and self.is_nn(
           original_node.args[1].value, 'Model'):
+        kept = objects.kept_models(self.codebase, self.f.path, self._qual(),
+                                   original_node.args[0].value,
+                                   self.model_class)
+        if kept:
+          self.todo(original_node, 'isinstance(..., nn.Model): the model '
+                    'tested here stays an nn.Model (it goes where its module '
+                    'is not known): port by hand')
+          return updated_node
         args = list(updated_node.args)
         args[1] = args[1].with_changes(value=cst.Name('dict'))
         return updated_node.with_changes(args=args)
@@ -1214,7 +1231,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if self.is_nn(f, 'Model') and len(original_node.args) == 2:
       reach = objects.model_reach(self.codebase, self.f.path, original_node,
                                   self.model_class)
-      if reach:
+      if reach and self._known_module(original_node.args[0].value):
         # the model goes where its calls could not become M().apply: both
         # places keep the legacy code, with a TODO (uses: rules/modules)
         self.todo(original_node, 'nn.Model(M, params): this model reaches '
