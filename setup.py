@@ -107,6 +107,10 @@ setup(
         'test': [
             'pytest>=8',
             'pytest-xdist>=3',
+            # tests/test_install.py builds the wheel offline
+            # (--no-build-isolation) with these.
+            'setuptools>=64',
+            'wheel',
         ],
     },
     entry_points={

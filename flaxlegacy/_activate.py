@@ -32,7 +32,8 @@ from flaxlegacy import _names
 logger = logging.getLogger('flaxlegacy')
 
 _lock = threading.RLock()
-_state = {'active': False, 'aliases': (), 'policies': {}}
+_state = {'active': False, 'activating': False, 'aliases': (),
+          'policies': {}}
 
 _OFF = ('off', '0', 'false', 'no', 'modern')
 _ON = ('on', '1', 'true', 'yes', 'legacy')
@@ -103,7 +104,7 @@ def _check_eq(xs, ys, err_msg=''):
     np.testing.assert_allclose(np.asarray(x), np.asarray(y), err_msg=err_msg)
 
 
-_SPECIAL = {
+SPECIAL = {
     'index_update': _index_op('set'),
     'index_add': _index_op('add'),
     'index_mul': _index_op('multiply'),
@@ -119,13 +120,7 @@ _SPECIAL = {
 }
 
 
-def _resolve(dotted):
-  """A module or object by dotted path: 'jax.config' is jax's Config object."""
-  try:
-    return importlib.import_module(dotted)
-  except ImportError:
-    head, _, attr = dotted.rpartition('.')
-    return getattr(_resolve(head), attr)
+_resolve = _fallback._resolve  # pylint: disable=protected-access
 
 
 def _has(owner, name):
@@ -147,16 +142,10 @@ def _has(owner, name):
 
 def alias_value(alias):
   """The legacy value of one ``_names.JAX_ALIASES`` entry."""
-  return _value_of(alias.value)
+  return _fallback.value_of(alias.value)
 
 
-def _value_of(spec):
-  if spec.startswith('@'):
-    return _SPECIAL[spec[1:]]
-  module, _, attr = spec.partition(':')
-  if not attr:  # 'module:' is the module itself (np.math is math)
-    return importlib.import_module(module)
-  return getattr(_resolve(module), attr)
+_value_of = _fallback.value_of
 
 
 # Replacements whose module is costly to import (jax_test_util imports
@@ -326,27 +315,26 @@ def _serve_jax_config_module(jax_module):  # pylint: disable=unused-argument
     sys.modules['jax.config'] = _hook._serve_jax_config()  # pylint: disable=protected-access
 
 
-def install_early_aliases(module):
-  """Adds the removed names whose owner is ``module`` (NumPy, Python).
-
-  Used under ``FLAXLEGACY=on`` for the modules a program may use before it
-  imports JAX (``collections.Iterable`` at the top of a data module).
-  """
-  install_jax_aliases(tuple(a for a in _names.ALIASES
-                            if a.owner.partition('.')[0] == module.__name__))
-
-
 def activate():
-  """Makes the legacy API available in this process (idempotent)."""
+  """Makes the legacy API available in this process (idempotent).
+
+  A call made while activation is under way (an import it triggers that
+  leads back here) returns at once.  If activation raises, the process is
+  left not active, so the next legacy import tries again.
+  """
   with _lock:
-    if _state['active']:
+    if _state['active'] or _state['activating']:
       return
-    _state['active'] = True
-    _hook.install()
-    _state['aliases'] = install_jax_aliases()
-    _hook.after_import('jax', _serve_jax_config_module)
-    _state['policies'] = apply_policies()
-    _install_dataset_hook()
+    _state['activating'] = True
+    try:
+      _hook.install()
+      _state['aliases'] = install_jax_aliases()
+      _hook.after_import('jax', _serve_jax_config_module)
+      _state['policies'] = apply_policies()
+      _install_dataset_hook()
+      _state['active'] = True
+    finally:
+      _state['activating'] = False
 
 
 def _install_dataset_hook():

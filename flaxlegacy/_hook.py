@@ -137,8 +137,9 @@ _AFTER_IMPORT = {}
 def after_import(name, callback):
   """Runs ``callback(module)`` once the module ``name`` has been imported.
 
-  At once if it already is; otherwise right after its own code has run
-  (the callback may raise: the error surfaces from that import).
+  At once if it already is; otherwise right after its own code has run.
+  There it runs inside somebody else's import, so an error it raises is
+  reported on stderr (``report_once``) and the import goes on.
   """
   module = sys.modules.get(name)
   if module is not None:
@@ -149,8 +150,17 @@ def after_import(name, callback):
 
 
 def _run_after_import(module):
-  for callback in _AFTER_IMPORT.pop(getattr(module, '__name__', None), ()):
-    callback(module)
+  name = getattr(module, '__name__', None)
+  for callback in _AFTER_IMPORT.pop(name, ()):
+    try:
+      callback(module)
+    except Exception as e:  # pylint: disable=broad-except
+      report_once(f'a legacy addition to {name} ({_describe(callback)})', e,
+                  f'{name} is left as it is')
+
+
+def _describe(callback):
+  return getattr(callback, '__qualname__', None) or repr(callback)
 
 
 class _FlaxLoader:
@@ -246,18 +256,53 @@ def uninstall():
 
 STARTUP_ON = ('on', '1', 'true', 'yes', 'legacy')
 
+_REPORTED = set()
+
+
+def report_once(what, error, instead):
+  """One line on stderr: what the hook could not serve, and what happens.
+
+  Never raises: it runs where a raise would break the user's import.
+  """
+  if what in _REPORTED:
+    return
+  _REPORTED.add(what)
+  try:
+    sys.stderr.write(f'flaxlegacy: {what} failed '
+                     f'({type(error).__name__}: {error}); {instead}\n')
+  except Exception:  # pylint: disable=broad-except
+    pass
+
+
+def _guarded(what, instead, callback):
+  """``callback(module)`` that reports a failure instead of raising it.
+
+  The start-up hook's callbacks run inside the user's imports (of
+  ``collections`` by the standard library itself, of ``jax``): an error
+  there must not become the user's ``ImportError``.
+  """
+  def run(module):
+    try:
+      callback(module)
+    except Exception as e:  # pylint: disable=broad-except
+      report_once(what, e, instead)
+  return run
+
 
 def _activate_now(module):  # pylint: disable=unused-argument
   from flaxlegacy import _activate  # pylint: disable=g-import-not-at-top
   _activate.activate()
 
 
+# Modules whose removed names a program may use before it imports JAX.
 _EARLY_ALIAS_MODULES = ('collections', 'inspect', 'numpy')
 
 
-def _install_early_aliases(module):
-  from flaxlegacy import _activate  # pylint: disable=g-import-not-at-top
-  _activate.install_early_aliases(module)
+def _install_early_names(module):
+  # Import-free at this moment (see _fallback): the values are resolved on
+  # first access, and activation makes them plain attributes.
+  from flaxlegacy import _fallback  # pylint: disable=g-import-not-at-top
+  _fallback.install_early(module)
 
 
 def _install_fallback(module):  # pylint: disable=unused-argument
@@ -272,18 +317,30 @@ def _install_at_startup():
   as ``jax`` has been imported (JAX itself is not imported here).  Otherwise
   the removed JAX names answer on first access once ``jax`` is imported
   (``_fallback``; ``FLAXLEGACY_FALLBACK=off`` leaves that out).
+
+  Each callback runs inside an import the user (or the standard library)
+  made, so it is guarded: a failure is one line on stderr, never a broken
+  import.
   """
   try:
     install()
     if os.environ.get('FLAXLEGACY', '').strip().lower() in STARTUP_ON:
-      # Names a program may use before it imports JAX come with their
-      # module (cheap); the rest of activation with JAX.
       for module in _EARLY_ALIAS_MODULES:
-        after_import(module, _install_early_aliases)
-      after_import('jax', _activate_now)
+        after_import(module, _guarded(
+            f'FLAXLEGACY=on: adding the removed {module} names',
+            'they come with activation (the first legacy import) instead',
+            _install_early_names))
+      after_import('jax', _guarded(
+          'FLAXLEGACY=on: activation when jax was imported',
+          'legacy mode starts at the first legacy import instead',
+          _activate_now))
     elif os.environ.get('FLAXLEGACY_FALLBACK', '').strip().lower() not in (
         'off', '0', 'false', 'no', 'modern'):
-      after_import('jax', _install_fallback)
-  except Exception:  # pylint: disable=broad-except
+      after_import('jax', _guarded(
+          'the first-access fallback for removed JAX names',
+          'they come with activation (the first legacy import) instead',
+          _install_fallback))
+  except Exception as e:  # pylint: disable=broad-except
     # A broken hook must never break the interpreter's start-up.
-    pass
+    report_once('the start-up hook', e,
+                'use `flaxlegacy run` or flaxlegacy.activate() instead')

@@ -5,6 +5,8 @@ import os
 import pytest
 
 from tests import conformance
+from tests import parallel
+from tests import standalone_env
 
 collect_ignore = ['conformance.py']
 
@@ -22,18 +24,35 @@ def shared():
 
 @pytest.fixture(scope='session')
 def generated(shared, tmp_path_factory):  # pylint: disable=redefined-outer-name
-  """generated(program) -> candidate dir with that program's traces."""
+  """generated(program) -> candidate dir with that program's traces.
+
+  Each program is generated once per test run, whichever parallel worker
+  asks first (tests/parallel.py); the others reuse its output.
+  """
   del shared
-  root = tmp_path_factory.mktemp('cand')
-  runs = {}
+  root = os.path.join(parallel.shared_root(tmp_path_factory), 'cand')
+
+  def make(program):
+    def run(folder):
+      proc = conformance.generate(program, folder)
+      return {'returncode': proc.returncode, 'stdout': proc.stdout[-3000:],
+              'stderr': proc.stderr[-6000:]}
+    return run
 
   def get(program):
-    if program not in runs:
-      runs[program] = conformance.generate(program, str(root))
-    run = runs[program]
-    if run.returncode != 0:
+    folder, run = parallel.once(root, program, make(program))
+    if run['returncode'] != 0:
       pytest.fail(f'gen_{program}.py failed under flaxlegacy:\n'
-                  f'{run.stdout[-3000:]}\n{run.stderr[-6000:]}')
-    return str(root)
+                  f'{run["stdout"]}\n{run["stderr"]}')
+    return folder
 
   return get
+
+
+@pytest.fixture(scope='session')
+def python_without_flaxlegacy(tmp_path_factory):
+  """A python with jax, flax and optax where ``import flaxlegacy`` fails
+  (tests/standalone_env.py), built once per run for every parallel worker;
+  run it with ``standalone_env.env()``."""
+  return standalone_env.make(os.path.join(
+      parallel.shared_root(tmp_path_factory), 'standalone'))

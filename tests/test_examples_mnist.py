@@ -23,7 +23,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLE = os.path.join(REPO, 'examples', 'mnist')
 LEGACY = os.path.join(REPO, 'tests', 'legacy_examples')
 
-pytestmark = pytest.mark.slow
+# One worker runs the file: its module fixtures (the stand-in, the README's
+# default run, the re-enacted programs) are shared by its tests.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('examples_mnist')]
 
 EPOCH_LINE = re.compile(
     r'epoch (\d+)  train loss: ([\d.]+), accuracy: ([\d.]+)  \|  '

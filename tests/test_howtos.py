@@ -29,6 +29,9 @@ MNIST_HOWTOS = sorted(n for n, h in check_diffs.HOWTOS.items()
                       if h.example == 'examples/mnist')
 
 
+# One worker runs the file: its tests share one check_diffs.py run.
+pytestmark = pytest.mark.xdist_group('howtos')
+
 def _env(home):
   env = {k: v for k, v in os.environ.items()
          if k not in ('TFDS_DATA_DIR', 'XDG_CACHE_HOME', 'XLA_FLAGS',

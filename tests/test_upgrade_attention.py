@@ -70,10 +70,9 @@ def test_self_attention_source():
   # the cache is linen's 'cache' collection: the call says so
   assert f"{TODO}: legacy attention cache -> linen decode" in out
   assert any(r['rule'] == 'attention' for r in report.rewritten)
-  # upgrade.json lists the flaxlegacy helper the rewrite emitted
-  from flaxlegacy.upgrade import report as report_lib  # pylint: disable=g-import-not-at-top
-  from flaxlegacy.upgrade.rules import attention  # pylint: disable=g-import-not-at-top
-  assert attention.MASK_HELPER in report_lib.SHIPPED_MODULES
+  # a tree upgrade copies exactly this helper into the tree (shipping.py)
+  from flaxlegacy.upgrade import shipping  # pylint: disable=g-import-not-at-top
+  assert shipping.names_of(shipping.uses(out)) == {'legacy_attention_mask'}
   # idempotent
   again, _ = upgrade_source(out)
   assert again == out

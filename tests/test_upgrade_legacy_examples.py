@@ -233,3 +233,14 @@ def test_legacy_examples_idempotent(upgraded):
   buf = io.StringIO()
   status, _ = api.upgrade_paths([str(out)], diff=True, stdout=buf)
   assert (status, buf.getvalue()) == (0, '')
+
+
+def test_legacy_examples_upgraded_stand_alone(upgraded):
+  """The upgraded trees name flaxlegacy only in comments: the helpers they
+  use are copied in (legacy_helpers.py, listed in upgrade.json)."""
+  from tests.test_upgrade_standalone import flaxlegacy_outside_comments  # pylint: disable=g-import-not-at-top
+  _, _, out, report = upgraded
+  assert flaxlegacy_outside_comments(str(out)) == []
+  for s in report['shipped']:
+    assert (out / s['path']).read_text().startswith(
+        '# Written by flaxlegacy upgrade')

@@ -1,10 +1,12 @@
 """flaxlegacy upgrade: every legacy optimizer, MultiOptimizer and user-written
-optimizer definitions (issue 15).
+optimizer definitions (tests/test_upgrade_user_optimizers.py has the
+translated ones).
 
 Rule cases run in-process on source strings.  The numeric cases upgrade the
 programs in tests/upgrade_programs/optimizers*/ and run them with
 tests/upgrade_programs/optimizers_driver.py: the legacy program under the
-compatibility layer, the upgraded one with ``FLAXLEGACY=off``, both from the
+compatibility layer, the upgraded one in an environment without flaxlegacy
+(tests/standalone_env.py), both from the
 same initial parameters and data; the upgraded program also resumes from
 the checkpoint the legacy program wrote.
 """
@@ -21,6 +23,7 @@ import pytest
 from flaxlegacy.migrate import legacy_optax
 from flaxlegacy.upgrade import upgrade_source
 from flaxlegacy.upgrade.rules import programs
+from tests import standalone_env
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = os.path.join(REPO, 'tests', 'upgrade_programs')
@@ -146,7 +149,7 @@ def test_multi_optimizer_of_an_unknown_pair_is_a_todo():
   assert any('not a ModelParamTraversal' in t['why'] for t in report.left)
 
 
-def test_user_optimizer_definition_stays_with_todo_and_as_optax():
+def test_user_optimizer_definition_not_translated_stays_with_as_optax():
   new, report = up('''
       class SignSGD(optim.OptimizerDef):
 
@@ -244,20 +247,23 @@ ALL = ['Momentum', 'Adam', 'RMSProp', 'Adagrad', 'LAMB', 'LARS', 'AdaBelief',
        'Adadelta', 'Adafactor']
 
 
-def _drive(side, prog_dir, out, ckpt, names):
+def _drive(side, prog_dir, out, ckpt, names, python=None):
+  """The legacy side under the layer; the upgraded side in ``python``, an
+  environment without flaxlegacy (tests/standalone_env.py)."""
   env = {k: v for k, v in os.environ.items() if k != 'FLAXLEGACY'}
   env.update(JAX_PLATFORMS='cpu', PYTHONPATH=prog_dir + os.pathsep + REPO)
   if side == 'upgraded':
-    env['FLAXLEGACY'] = 'off'
+    env = standalone_env.env(PYTHONPATH=prog_dir)
   run = subprocess.run(
-      [sys.executable, os.path.join(PROGRAMS, 'optimizers_driver.py'), side,
+      [python or sys.executable, os.path.join(PROGRAMS,
+                                              'optimizers_driver.py'), side,
        str(out), str(ckpt)] + names, cwd=prog_dir, env=env,
       capture_output=True, text=True, timeout=600)
   assert run.returncode == 0, run.stdout + run.stderr[-3000:]
   return dict(np.load(out))
 
 
-def _compare(tmp_path, program, ckpt, names):
+def _compare(tmp_path, program, ckpt, names, python):
   up_dir = tmp_path / 'up'
   run = subprocess.run([sys.executable, '-m', 'flaxlegacy', 'upgrade',
                         os.path.join(PROGRAMS, program), '--out',
@@ -269,7 +275,7 @@ def _compare(tmp_path, program, ckpt, names):
   legacy = _drive('legacy', os.path.join(PROGRAMS, program),
                   tmp_path / 'legacy.npz', ckpt, names)
   upgraded = _drive('upgraded', str(up_dir), tmp_path / 'upgraded.npz', ckpt,
-                    names)
+                    names, python)
   for name in names:
     if ckpt != '-':
       assert upgraded.pop(f'{name}/restored_step') == 3
@@ -286,8 +292,10 @@ def _compare(tmp_path, program, ckpt, names):
 
 
 @pytest.mark.slow
-def test_upgraded_optimizers_train_and_resume_as_legacy(tmp_path):
-  legacy, init = _compare(tmp_path, 'optimizers', True, ALL)
+def test_upgraded_optimizers_train_and_resume_as_legacy(
+    tmp_path, python_without_flaxlegacy):
+  legacy, init = _compare(tmp_path, 'optimizers', True, ALL,
+                          python_without_flaxlegacy)
   for name in ALL:  # the comparison is not vacuous: every optimizer moved
     moved = max(np.abs(legacy[f'{name}{k}'] - v).max()
                 for k, v in init.items())
@@ -295,8 +303,10 @@ def test_upgraded_optimizers_train_and_resume_as_legacy(tmp_path):
 
 
 @pytest.mark.slow
-def test_upgraded_multi_optimizer_trains_as_legacy(tmp_path):
-  legacy, init = _compare(tmp_path, 'optimizers', None, ['Multi'])
+def test_upgraded_multi_optimizer_trains_as_legacy(
+    tmp_path, python_without_flaxlegacy):
+  legacy, init = _compare(tmp_path, 'optimizers', None, ['Multi'],
+                          python_without_flaxlegacy)
   # kernels: Momentum, the second layer's bias: Adam, the first one's:
   # no traversal selects it, it stays
   assert np.abs(legacy["Multi['Dense_0']['kernel']"]
@@ -308,6 +318,68 @@ def test_upgraded_multi_optimizer_trains_as_legacy(tmp_path):
 
 
 @pytest.mark.slow
-def test_upgraded_per_step_learning_rates_train_as_legacy(tmp_path):
+def test_upgraded_per_step_learning_rates_train_as_legacy(
+    tmp_path, python_without_flaxlegacy):
   _compare(tmp_path, 'optimizers_lr', None,
-           ['Momentum', 'MomentumDecay', 'LAMB', 'Adagrad', 'Adafactor'])
+           ['Momentum', 'MomentumDecay', 'LAMB', 'Adagrad', 'Adafactor'],
+           python_without_flaxlegacy)
+
+
+# --- jax.experimental.optimizers beside Flax ------------------------------------
+
+JEO_CASES = [
+    ('from_module', 'from jax.experimental import optimizers\n',
+     'from jax.example_libraries import optimizers\n'),
+    ('from_module_and_stax',
+     'from jax.experimental import optimizers, stax\n',
+     'from jax.example_libraries import optimizers, stax\n'),
+    ('from_names',
+     'from jax.experimental.optimizers import clip_grads, l2_norm\n',
+     'from jax.example_libraries.optimizers import clip_grads, l2_norm\n'),
+    ('import_as', 'import jax.experimental.optimizers as jopt\n',
+     'import jax.example_libraries.optimizers as jopt\n'),
+    ('import_spelled_out',
+     'import jax\nimport jax.experimental.optimizers\n'
+     'n = jax.experimental.optimizers.l2_norm(g)\n',
+     'import jax\nimport jax.example_libraries.optimizers\n'
+     'n = jax.example_libraries.optimizers.l2_norm(g)\n'),
+]
+
+
+@pytest.mark.parametrize('name,src,expected', JEO_CASES,
+                         ids=[c[0] for c in JEO_CASES])
+def test_jax_experimental_optimizers_get_their_new_path(name, src, expected):
+  del name
+  new, report = upgrade_source(src)
+  assert new == expected
+  assert not report.left
+
+
+def test_jax_experimental_optimizer_helpers_compute_as_before():
+  """clip_grads, l2_norm and the schedules beside a Flax program, upgraded,
+  run on today's JAX with the values of their definitions."""
+  new, report = upgrade_source(textwrap.dedent('''
+      import jax
+      import jax.numpy as jnp
+      from jax.experimental import optimizers
+      from jax.experimental.optimizers import clip_grads
+
+
+      def values(grads, step):
+        return (clip_grads(grads, 1.0), optimizers.l2_norm(grads),
+                optimizers.exponential_decay(0.1, 10, 0.5)(step),
+                optimizers.piecewise_constant([2, 4], [1., .5, .1])(step),
+                optimizers.inverse_time_decay(1., 2, 0.5)(step))
+      '''))
+  assert 'jax.experimental' not in new and not report.left
+  namespace = {}
+  exec(compile(new, '<upgraded>', 'exec'), namespace)  # pylint: disable=exec-used
+  grads = {'a': np.array([3., 4.]), 'b': np.array([12.])}
+  clipped, norm, decay, piece, inverse = namespace['values'](grads, 5)
+  np.testing.assert_allclose(float(norm), 13., rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(clipped['a']), [3 / 13, 4 / 13],
+                             rtol=1e-6)
+  np.testing.assert_allclose(float(decay), 0.1 * 0.5 ** 0.5, rtol=1e-6)
+  assert float(piece) == np.float32(0.1)
+  np.testing.assert_allclose(float(inverse), 1 / (1 + 0.5 * 5 / 2),
+                             rtol=1e-6)

@@ -1,8 +1,9 @@
-"""flaxlegacy upgrade, program level (issue 15): model life cycle,
+"""flaxlegacy upgrade, program level: model life cycle,
 optimizers, training loops, checkpoints rewritten to linen + optax.
 
 Rule cases run in-process on source strings; every upgraded program runs
-in a subprocess with ``FLAXLEGACY=off`` (no legacy name can help it), and
+in a subprocess of an environment without flaxlegacy
+(tests/standalone_env.py: no legacy name can help it), and
 reads the MNIST stand-in through plain TFDS (``TFDS_DATA_DIR``), since the
 stand-in hook is part of the compatibility layer.
 """
@@ -255,10 +256,14 @@ def _env(home, off=True):
   return env
 
 
-def _run(args, env, cwd, timeout=900):
+def _run(args, env, cwd, timeout=900, python=None):
+  """``python`` (the upgraded side): an environment without flaxlegacy
+  (tests/standalone_env.py), with only ``cwd`` on the path."""
   env = dict(env)
-  env['PYTHONPATH'] = cwd + os.pathsep + REPO
-  run = subprocess.run([sys.executable] + args, cwd=cwd, env=env,
+  env['PYTHONPATH'] = cwd if python else cwd + os.pathsep + REPO
+  if python:
+    env['PYTHONNOUSERSITE'] = '1'
+  run = subprocess.run([python or sys.executable] + args, cwd=cwd, env=env,
                        capture_output=True, text=True, timeout=timeout)
   return run, run.stdout + run.stderr
 
@@ -299,16 +304,18 @@ def test_upgraded_mnist_has_no_legacy_names(upgraded):
 
 
 @pytest.mark.slow
-def test_upgraded_mnist_train_test_passes_with_layer_off(home, upgraded):
+def test_upgraded_mnist_train_test_passes_with_layer_off(
+    home, upgraded, python_without_flaxlegacy):
   _, up_dir = upgraded
-  run, out = _run(['train_test.py'], _env(home), str(up_dir))
+  run, out = _run(['train_test.py'], _env(home), str(up_dir),
+                  python=python_without_flaxlegacy)
   assert run.returncode == 0, out[-3000:]
   assert 'Ran 5 tests' in out and '\nOK' in out, out[-3000:]
 
 
 @pytest.mark.slow
-def test_legacy_checkpoint_resumes_in_upgraded_program(home, upgraded,
-                                                       tmp_path):
+def test_legacy_checkpoint_resumes_in_upgraded_program(
+    home, upgraded, tmp_path, python_without_flaxlegacy):
   """The legacy program writes a checkpoint after 20 steps; the legacy
   program and the upgraded one (FLAXLEGACY=off) each resume from a copy of
   it and take the same 20 steps.  They must restore the same step and
@@ -327,7 +334,8 @@ def test_legacy_checkpoint_resumes_in_upgraded_program(home, upgraded,
   run, legacy_out = _run(['mnist_resume.py', str(ck_legacy)],
                          _env(home, False), str(legacy))
   assert run.returncode == 0, legacy_out[-3000:]
-  run, up_out = _run(['mnist_resume.py', str(ck_up)], _env(home), str(up_dir))
+  run, up_out = _run(['mnist_resume.py', str(ck_up)], _env(home), str(up_dir),
+                     python=python_without_flaxlegacy)
   assert run.returncode == 0, up_out[-3000:]
   pat = re.compile(r'(restored|trained) step (\d+) loss ([\d.]+) '
                    r'accuracy ([\d.]+)')
@@ -371,12 +379,14 @@ def test_upgraded_mnist_step_lowers_to_the_linen_optax_program():
 
 
 @pytest.mark.slow
-def test_upgraded_mnist_default_run_reaches_95_percent(home, upgraded):
+def test_upgraded_mnist_default_run_reaches_95_percent(
+    home, upgraded, python_without_flaxlegacy):
   """The upgraded example's default run (10 epochs), FLAXLEGACY=off, on the
   stand-in: the same 95% bar as the legacy example
   (tests/test_examples_mnist.py)."""
   _, up_dir = upgraded
-  run, out = _run(['train.py'], _env(home), str(up_dir))
+  run, out = _run(['train.py'], _env(home), str(up_dir),
+                  python=python_without_flaxlegacy)
   assert run.returncode == 0, out[-3000:]
   final = re.search(r'final test accuracy: ([\d.]+)%', out)
   assert final is not None, out[-3000:]
@@ -416,7 +426,8 @@ def test_upgraded_helpers_do_not_turn_the_layer_on():
 
 
 @pytest.mark.slow
-def test_upgraded_imagenet_trains_and_resumes_with_layer_off(tmp_path):
+def test_upgraded_imagenet_trains_and_resumes_with_layer_off(
+    tmp_path, python_without_flaxlegacy):
   """examples/imagenet upgraded: no legacy name left, and its own
   train-checkpoint-resume test passes with FLAXLEGACY=off (8 CPU devices,
   synthetic data; the checkpoint files keep legacy's msgpack format, which
@@ -436,6 +447,6 @@ def test_upgraded_imagenet_trains_and_resumes_with_layer_off(tmp_path):
   env.pop('XLA_FLAGS', None)
   run, text = _run(['-m', 'pytest', '-q', '-p', 'no:cacheprovider',
                     'train_test.py', '-k', 'checkpoint_and_resume'], env,
-                   str(out), timeout=1500)
+                   str(out), timeout=1500, python=python_without_flaxlegacy)
   assert run.returncode == 0, text[-5000:]
   assert '1 passed' in text, text[-2000:]

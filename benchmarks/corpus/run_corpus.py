@@ -25,8 +25,12 @@ for (0.3.5 for `from flax import nn`).
 The third side, `--side upgraded`, runs `python -m flaxlegacy upgrade SRC
 --out WORK/name/upgraded` with the flaxlegacy side's python and checkout,
 records the upgrade's summary (files, TODOs, upgrade.json) and then runs the
-same test files from the upgraded tree with FLAXLEGACY=off (the layer is not
-installed; flaxlegacy stays importable for the linen modules it ships).
+same test files from the upgraded tree with FLAXLEGACY=off. With
+--upgraded-python PYTHON (an interpreter where `import flaxlegacy` fails,
+checked before the first file; e.g. one built as tests/standalone_env.py
+does) the tests run there and the checkout is not on PYTHONPATH: the
+upgraded tree carries the helpers it uses (legacy_helpers.py). Without it
+they run with the flaxlegacy side's python, flaxlegacy importable.
 `--side both` still means flaxlegacy and oracle; `--side all` adds upgraded.
 """
 
@@ -130,6 +134,8 @@ def side_command(side, cb, args):
   if side == UPGRADED:
     env = {'FLAXLEGACY': 'off'}
     env.update(parse_kv(args.upgraded_env))
+    if args.upgraded_python:
+      return args.upgraded_python, [], env
     return args.flaxlegacy_python, [args.flaxlegacy_path], env
   version = cb.get('oracle', '0.3.5')
   pythons = parse_kv(args.oracle_python)
@@ -318,6 +324,19 @@ def upgrade_tree(cb, src, args):
   return dest, summary
 
 
+def _check_without_flaxlegacy(args):
+  """--upgraded-python must be an interpreter where flaxlegacy is absent."""
+  if not args.upgraded_python or getattr(args, '_checked', False):
+    return
+  env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+  run = subprocess.run([args.upgraded_python, '-c', 'import flaxlegacy'],
+                       env=env, cwd='/', capture_output=True, text=True)
+  if run.returncode == 0:
+    raise SystemExit('--upgraded-python %s imports flaxlegacy; give one '
+                     'without it' % args.upgraded_python)
+  args._checked = True  # pylint: disable=protected-access
+
+
 def cmd_run(corpus, args):
   prepare_data(args)
   for cb in corpus['codebases']:
@@ -343,6 +362,7 @@ def cmd_run(corpus, args):
           print('[%s] %s %s ...' % (side, cb['name'], relfile), flush=True)
           if side == UPGRADED:
             if upgraded is None:
+              _check_without_flaxlegacy(args)
               upgraded = upgrade_tree(cb, src, args)
             record = run_file(cb, side, relfile, upgraded[0], args)
             record['upgrade'] = {k: upgraded[1][k] for k in (
@@ -641,6 +661,10 @@ def main(argv=None):
                  default=None, help='VERSION=PYTHON, e.g. '
                  '0.3.5=/work/oracle-corpus/bin/python')
   p.add_argument('--oracle-env', action='append')
+  p.add_argument('--upgraded-python', default=None,
+                 help='interpreter for the upgraded side\'s tests, without '
+                 'flaxlegacy (checked); the checkout is then not on '
+                 'PYTHONPATH')
   p.add_argument('--upgraded-env', action='append',
                  help='KEY=VALUE for the upgraded side (FLAXLEGACY=off is '
                  'always set first)')

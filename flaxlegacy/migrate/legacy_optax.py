@@ -32,12 +32,22 @@ Their pieces, to chain with optax's own:
   decay ``g + wd p`` - optax's ratio uses ``|g + wd p|``;
 * ``in_float32``: a transformation run on float32 copies.
 
+A user-written ``OptimizerDef`` (``flaxlegacy upgrade`` turns the class
+into a function of its constructor's parameters, rules/optimizer_defs.py):
+
+* ``from_optimizer_def(hyper_params, init_param_state=...,
+  apply_param_gradient=...)``: the base class's loop over the parameter
+  tree and its step counter, as an optax transformation (an overridden
+  ``apply_gradient`` / ``init_state`` replaces the loop);
+* ``OptimizerState(step, param_states)``: its state, legacy's layout.
+
 Hyper-parameters on which legacy branched in Python (LAMB's and
 Momentum's ``weight_decay != 0``, LARS's) must be Python numbers here too;
 ``optax.inject_hyperparams`` should list them in ``static_args``.
 """
 
 import types
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -325,3 +335,75 @@ def traversal_labels(*filters):
     return jax.tree_util.tree_map_with_path(label, params)
 
   return labels
+
+
+# --- user-written optimizer definitions ----------------------------------
+
+
+class OptimizerState(NamedTuple):
+  """Legacy ``flax.optim.OptimizerState``: the step count and one state per
+  parameter (``param_states``, shaped like the parameter tree)."""
+  step: Any
+  param_states: Any
+
+  def replace(self, **updates):
+    return self._replace(**updates)
+
+
+def from_optimizer_def(hyper_params, init_param_state=None,
+                       apply_param_gradient=None, init_state=None,
+                       apply_gradient=None):
+  """A legacy optimizer definition, given as functions, as an optax
+  ``GradientTransformation``.
+
+  ``init_param_state(param)`` and ``apply_param_gradient(step,
+  hyper_params, param, state, grad) -> (new_param, new_state)`` are the
+  per-parameter hooks of a legacy ``OptimizerDef``; the state is
+  ``OptimizerState(step, param_states)`` and each update calls the hook
+  once per leaf with the step before it, in the order of the flattened
+  parameter tree, then counts the step, as legacy's base class did.
+  ``init_state(params)`` / ``apply_gradient(hyper_params, params, state,
+  grads) -> (new_params, new_state)``, where the definition overrode
+  them, take the place of that loop.  The optax update is ``new_params -
+  params``: ``optax.apply_updates`` gives the legacy parameters back
+  (exactly where the two are within a factor of 2 of each other, else up
+  to one rounding).
+  """
+  if init_state is None:
+    if init_param_state is None:
+      raise ValueError('from_optimizer_def: give init_param_state or '
+                       'init_state')
+
+    def init_state(params):  # pylint: disable=function-redefined
+      return OptimizerState(
+          jnp.asarray(0, jnp.int32),
+          jax.tree_util.tree_map(init_param_state, params))
+
+  if apply_gradient is None:
+    if apply_param_gradient is None:
+      raise ValueError('from_optimizer_def: give apply_param_gradient or '
+                       'apply_gradient')
+
+    def apply_gradient(hyper_params, params, state, grads):  # pylint: disable=function-redefined
+      step = state.step
+      params_flat, treedef = jax.tree_util.tree_flatten(params)
+      states_flat = treedef.flatten_up_to(state.param_states)
+      grads_flat = treedef.flatten_up_to(grads)
+      out = [apply_param_gradient(step, hyper_params, p, s, g)
+             for p, s, g in zip(params_flat, states_flat, grads_flat)]
+      new_params_flat, new_states_flat = list(zip(*out)) if out else ((),
+                                                                       ())
+      return (jax.tree_util.tree_unflatten(treedef, new_params_flat),
+              OptimizerState(step + 1, jax.tree_util.tree_unflatten(
+                  treedef, new_states_flat)))
+
+  def update_fn(updates, state, params=None):
+    if params is None:
+      raise ValueError('this optimizer (a legacy OptimizerDef) computes new '
+                       'parameters: update() needs the params argument')
+    new_params, new_state = apply_gradient(hyper_params, params, state,
+                                           updates)
+    return jax.tree_util.tree_map(lambda n, p: n - p, new_params,
+                                  params), new_state
+
+  return optax.GradientTransformation(init_state, update_fn)

@@ -26,6 +26,9 @@ legacy                                      TrainState
 ``.../v``, ``.../mg``                       ``nu``, ``mu`` (RMSProp)
 ``.../G``                                   ``sum_of_squares`` (Adagrad)
 ``.../sq_avg``, ``.../acc_delta``           ``e_g``, ``e_x`` (Adadelta)
+``state/param_states`` of a user            ``step`` and ``param_states``
+``OptimizerDef`` (any fields)               of ``legacy_optax.
+                                            OptimizerState``, field by field
 ``model_state`` (``'/a/b' -> {mean,var}``)  ``{'batch_stats': {a: {b: ..}}}``
 ==========================================  =================================
 """
@@ -82,8 +85,31 @@ def _field(param_states, fields, like):
   return param_states[present[0]]
 
 
+def _same_fields(template, legacy, path):
+  """``legacy`` (a per-parameter state tree) checked field by field
+  against ``template`` (the upgraded optimizer's)."""
+  if not isinstance(template, dict):
+    return legacy
+  if not isinstance(legacy, dict):
+    raise LegacyCheckpointError(
+        f'the legacy optimizer state at {path or "<top>"} is a leaf where '
+        f'the upgraded optimizer has fields {sorted(template)}')
+  if set(template) != set(legacy):
+    raise LegacyCheckpointError(
+        f'the legacy optimizer state at {path or "<top>"} has fields '
+        f'{sorted(legacy)}, the upgraded optimizer {sorted(template)}')
+  return {k: _same_fields(v, legacy[k], f'{path}/{k}')
+          for k, v in template.items()}
+
+
 def _opt_state(template, param_states, step):
   """Fills an optax state dict (``to_state_dict`` of ``opt_state``)."""
+  if isinstance(template, dict) and set(template) == {'step',
+                                                      'param_states'}:
+    # a user definition upgraded to optax (legacy_optax.OptimizerState):
+    # the legacy per-parameter states as they were, field by field
+    return {'step': step, 'param_states': _same_fields(
+        template['param_states'], param_states, '')}
   if isinstance(template, dict):
     out = {}
     for k, v in template.items():
@@ -233,9 +259,9 @@ def hashable(key):
 
   Iterating a legacy ``DeviceArray`` gave NumPy scalars, which are hashable
   and worked as dict keys; iterating a ``jax.Array`` gives 0-d arrays, which
-  are not.  ``flaxlegacy upgrade`` wraps dict lookups by a loop variable in
-  this (rules/array_keys.py).  Anything else (and a tracer, which no dict
-  lookup accepts either) is returned unchanged.
+  are not.  The upgrade wraps dict lookups by a loop variable in this.
+  Anything else (and a tracer, which no dict lookup accepts either) is
+  returned unchanged.
   """
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top

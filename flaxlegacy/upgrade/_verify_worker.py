@@ -28,7 +28,7 @@ def _load_statements(path, name):
   """Runs the file's top-level statements one by one, skipping failures.
 
   The upgraded file's program-level code (optimizers, nn.Model, Collection
-  annotations: issue 15) may still name legacy API; module verification
+  annotations) may still name legacy API; module verification
   needs only the module classes and what they use.  Returns (module,
   [(line, error)] of the statements skipped).
   """
@@ -84,7 +84,7 @@ def _np(tree):
 
 
 class _ProgramLevelStub:
-  """Stands in for ``flax.optim`` ... that program code (issue 15) imports.
+  """Stands in for ``flax.optim`` ... that program code imports.
 
   Module verification loads the whole upgraded file; its program-level
   code may still name legacy APIs the module rewrite does not cover.  Any

@@ -11,6 +11,7 @@ import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade import shipping
 from flaxlegacy.upgrade import transform
 
 
@@ -76,7 +77,7 @@ def _parse_importers(files):
     word = re.compile(r'\b(?:' + '|'.join(sorted(map(re.escape, stems)))
                       + r')\b')
     more = [sf for sf in files if sf.module is None and sf.error is None
-            and sf.code is not None and any(
+            and sf.new_code is None and sf.code is not None and any(
                 word.search(line) for line in _IMPORT_LINE.findall(sf.code))]
     if not more:
       return
@@ -240,11 +241,13 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
   for sf in files:
     with open(sf.path, encoding='utf-8') as fh:
       sf.code = fh.read()
-    if _may_need_rewrite(sf.code, markers):
+    if sf.code.startswith(shipping.HEADER):
+      sf.new_code = sf.code  # a helper copy an earlier upgrade wrote
+    elif _may_need_rewrite(sf.code, markers):
       _parse(sf)
   _parse_importers(files)
   for sf in files:
-    if sf.module is None and sf.error is None:
+    if sf.module is None and sf.error is None and sf.new_code is None:
       # nothing any rule looks for; still name a syntax error
       try:
         compile(sf.code, sf.path, 'exec', dont_inherit=True)
@@ -261,20 +264,29 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
     observed = observe_lib.run(observe, roots)
   codebase = _analyse(files, names, observed)
   _transform_all(files, codebase)
+  # the flaxlegacy helpers the tree uses, copied into it
+  shipped = shipping.ship(files)
+  added = [s for s in shipped if s.source_file is None]
   changed = [sf for sf in files if sf.new_code is not None
              and sf.new_code != sf.code]
-  report = report_lib.build(files, codebase)
+  report = report_lib.build(files, codebase, shipped)
   status = 0
   if diff:
     for sf in changed:
       stdout.write(''.join(difflib.unified_diff(
           sf.code.splitlines(True), sf.new_code.splitlines(True),
           fromfile=sf.path, tofile=sf.path)))
-    status = 1 if changed else 0
+    for s in added:
+      stdout.write(''.join(difflib.unified_diff(
+          [], s.code.splitlines(True), fromfile='/dev/null', tofile=s.path)))
+    status = 1 if changed or added else 0
   elif in_place:
     for sf in changed:
       with open(sf.path, 'w', encoding='utf-8') as fh:
         fh.write(sf.new_code)
+    for s in added:
+      with open(s.path, 'w', encoding='utf-8') as fh:
+        fh.write(s.code)
   elif out is not None:
     for sf in files + others:
       dst = os.path.join(out, sf.rel)
@@ -284,6 +296,11 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
           fh.write(sf.new_code)
       else:
         shutil.copy2(sf.path, dst)
+    for s in added:
+      dst = os.path.join(out, s.rel)
+      os.makedirs(os.path.dirname(dst) or '.', exist_ok=True)
+      with open(dst, 'w', encoding='utf-8') as fh:
+        fh.write(s.code)
   if verify and not diff:
     from flaxlegacy.upgrade import verify as verify_lib  # pylint: disable=g-import-not-at-top
     root = out if out is not None else None

@@ -2,22 +2,13 @@
 
 import json
 
-# flaxlegacy linen modules and helpers the rewrite may emit (plain linen /
-# jax.numpy, importable with FLAXLEGACY=off); upgrade.json's
-# ``shipped_modules`` lists those it did emit (rewritten entries with a
-# ``shipped`` key).
-SHIPPED_MODULES = [
-    'flaxlegacy.migrate.legacy_cells.LSTMCell',
-    'flaxlegacy.migrate.legacy_cells.GRUCell',
-    'flaxlegacy.migrate.legacy_cells.OptimizedLSTMCell',
-    'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask',
-    'flaxlegacy.migrate.upgraded_layers.GroupNorm',
-    'flaxlegacy.migrate.upgraded_layers.conv_dimension_numbers',
-    'flaxlegacy.migrate.upgraded_layers.absolute_dims',
-]
+# upgrade.json's ``shipped_modules``: the flaxlegacy helpers (plain linen /
+# optax / NumPy, flaxlegacy.migrate) whose code the upgraded tree carries,
+# by their flaxlegacy name; ``shipped``: the helper copies written into the
+# tree (shipping.py), each with its path, import and names.
 
 
-def build(files, codebase):
+def build(files, codebase, shipped=()):
   per_file = {}
   modules = []
   for sf in files:
@@ -31,7 +22,9 @@ def build(files, codebase):
       'modules': modules,
       'shipped_modules': sorted({
           r['shipped'] for sf in files for r in sf.report.rewritten
-          if r.get('shipped')}),
+          if r.get('shipped')} | {
+              n for s in shipped for n in s.as_dict()['names'].values()}),
+      'shipped': [s.as_dict() for s in shipped],
       'init_shapes': [dict(s, file=path) for path, f in codebase.files.items()
                       for s in f.init_shapes],
       'summary': {
@@ -66,6 +59,9 @@ def summary_text(report):
            f"classes rewritten, {s['rewrites']} rewrites, {s['todos']} TODOs"]
   for e in s['syntax_errors']:
     lines.append(f'  skipped (syntax error): {e}')
+  for c in report.get('shipped', ()):
+    lines.append(f"  helpers copied into {c['path']} (import {c['import']}): "
+                 f"{', '.join(sorted(c['names']))}")
   for path, f in sorted(report['files'].items()):
     for item in f['left']:
       lines.append(f"  TODO {path}:{item['line']}: {item['why']}")

@@ -151,7 +151,8 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     legacy = imports_rule.is_legacy_import(updated_node)
     if legacy:
       self.todo(original_node, f'{legacy} is legacy API outside module '
-                'definitions (program-level: issue 15)')
+                'definitions, used here in a way the program-level rules do '
+                'not rewrite')
     return updated_node
 
   def leave_ImportFrom(self, original_node, updated_node):
@@ -167,7 +168,8 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     legacy = imports_rule.is_legacy_import(updated_node)
     if legacy:
       self.todo(original_node, f'{legacy} is legacy API outside module '
-                'definitions (program-level: issue 15)')
+                'definitions, used here in a way the program-level rules do '
+                'not rewrite')
     return updated_node
 
   # -- removed JAX names --
@@ -186,6 +188,12 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       # ``import flax`` ... ``flax.nn.Dense``: the linen module, spelled out
       return jax_names.expr('flax.linen')
     q = jax_names.qualify(original_node, self.ctx.facts.imports)
+    moved = jax_names.rename_module_attribute(original_node,
+                                              self.ctx.facts.imports)
+    if moved is not None:
+      self.rewrote(original_node, 'jax_names', f'{q} -> '
+                   f'{jax_names.MODULE_RENAMES[q]}')
+      return moved
     if q in jax_names.RENAMES:
       self.rewrote(original_node, 'jax_names', f'{q} -> '
                    f'{jax_names.RENAMES[q]}')
@@ -215,7 +223,8 @@ class Upgrader(TodoComments, cst.CSTTransformer):
           and self.ctx.facts.nn_prefixes):
       self.todo(original_node, f'{original_node.value.value}.'
                 f'{original_node.attr.value}: legacy module life cycle is '
-                'program-level (issue 15)')
+                'program-level, in a form the program-level rules do not '
+                'rewrite')
     elif (original_node.attr.value in LEGACY_ONLY_METHODS
           and (self.ctx.facts.nn_prefixes or self.ctx.codebase.modules)):
       # Left by the program rules (they rewrite those on a module they
@@ -429,7 +438,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
   statement.
   """
   file_facts = codebase.files[path]
-  # Program-level rules first (rules/programs.py, issue 15), on the legacy
+  # Program-level rules first (rules/programs.py), on the legacy
   # source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
   if programs.relevant(file_facts):

@@ -102,16 +102,24 @@ def rename_import_from(node):
     return node.with_changes(module=cst.Name('jax'))
   if mod in MODULE_RENAMES and MODULE_RENAMES[mod]:
     return node.with_changes(module=expr(MODULE_RENAMES[mod]))
-  # from jax.experimental import optimizers -> from jax.example_libraries ...
+  # from jax.experimental import optimizers[, stax] -> from
+  # jax.example_libraries import ...; names that stay keep their module
+  moved, kept = {}, []
   for a in node.names:
     full = f'{mod}.{dotted(a.name)}'
-    if full in MODULE_RENAMES and MODULE_RENAMES[full] and len(node.names) == 1:
+    if full in MODULE_RENAMES and MODULE_RENAMES[full]:
       new_mod, _, new_name = MODULE_RENAMES[full].rpartition('.')
       asname = a.asname or (cst.AsName(name=cst.Name(dotted(a.name)))
                             if new_name != dotted(a.name) else None)
-      return node.with_changes(
-          module=expr(new_mod),
-          names=[a.with_changes(name=cst.Name(new_name), asname=asname)])
+      moved.setdefault(new_mod, []).append(a.with_changes(
+          name=cst.Name(new_name), asname=asname))
+    else:
+      kept.append(a)
+  if moved:
+    out = ([node.with_changes(names=_commas(kept))] if kept else []) + [
+        node.with_changes(module=expr(m), names=_commas(names))
+        for m, names in moved.items()]
+    return out[0] if len(out) == 1 else cst.FlattenSentinel(out)
   # from jax import tree_multimap -> from jax.tree_util import tree_map as ..
   if len(node.names) == 1:
     a = node.names[0]
@@ -127,13 +135,34 @@ def rename_import_from(node):
   return None
 
 
+def _commas(names):
+  names = list(names)
+  return [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) if i == len(
+      names) - 1 else a.with_changes(comma=cst.Comma(
+          whitespace_after=cst.SimpleWhitespace(' ')))
+          for i, a in enumerate(names)]
+
+
+def rename_module_attribute(node, imports):
+  """``jax.experimental.optimizers`` spelled out from ``jax`` (an
+  attribute chain, ``jax.experimental.optimizers.l2_norm(g)``) -> the
+  module's new path, or None."""
+  q = qualify(node, imports)
+  if q not in MODULE_RENAMES or not MODULE_RENAMES[q]:
+    return None
+  if dotted(node) != q:  # through an alias of a parent module: not here
+    return None
+  return expr(MODULE_RENAMES[q])
+
+
 def rename_import(node):
-  """``import jax.experimental.optimizers as o`` -> example_libraries."""
+  """``import jax.experimental.optimizers [as o]`` -> example_libraries."""
   changed = False
   names = []
   for a in node.names:
     full = dotted(a.name)
-    if full in MODULE_RENAMES and MODULE_RENAMES[full] and a.asname:
+    if full in MODULE_RENAMES and MODULE_RENAMES[full] and (
+        a.asname or MODULE_RENAMES[full].split('.')[0] == full.split('.')[0]):
       names.append(a.with_changes(name=expr(MODULE_RENAMES[full])))
       changed = True
     else:

@@ -105,13 +105,17 @@ UNSUPPORTED_LAYERS = {
     'GRUCell': 'linen cells take features as a field and a different '
                'initialize_carry',
     'ConvLSTM': 'linen ConvLSTMCell differs in signature',
-    'Model': 'nn.Model is program-level (flaxlegacy upgrade programs: '
-             'issue 15)',
-    'Collection': 'nn.Collection state is program-level (issue 15)',
+    'Model': 'nn.Model is program-level: the upgrade rewrites it where a '
+             'program builds and calls its model, not here',
+    'Collection': 'nn.Collection state is program-level: the upgrade '
+                  'rewrites it where a program threads it through '
+                  'nn.stateful, not here',
     'stateful': 'nn.stateful is program-level: apply(..., '
-                "mutable=['batch_stats']) (issue 15)",
+                "mutable=['batch_stats']), which the upgrade writes around "
+                'model calls in program code, not here',
     'stochastic': "nn.stochastic is program-level: apply(..., rngs={'dropout':"
-                  ' key}) (issue 15)',
+                  ' key}), which the upgrade writes around model calls in '
+                  'program code, not here',
     'capture_module_outputs': 'use Module.sow / capture_intermediates',
     'module_method': 'module methods need a hand port (an ordinary method '
                      'of the linen module)',

@@ -1,4 +1,4 @@
-"""Rules for the code around module definitions (issue 15).
+"""Rules for the code around module definitions (program level).
 
 Runs as a pass before the module rules, on the legacy source, and rewrites
 the program-level legacy API into linen + optax:
@@ -60,6 +60,7 @@ from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade.rules import aliases
 from flaxlegacy.upgrade.rules import objects
+from flaxlegacy.upgrade.rules import optimizer_defs
 from flaxlegacy.upgrade.rules.modules import _arg  # pylint: disable=g-importing-member
 
 OPT, MODEL, STRUCT = 'optimizer', 'model', 'struct'
@@ -109,10 +110,7 @@ LEGACY_OPTAX = {
 }
 MOMENTUM_WITH_DECAY = ('momentum', ('learning_rate', 'beta', 'weight_decay',
                                     'nesterov'))
-USER_OPTDEF = ('{} is a user-written optimizer definition (legacy '
-               'flax.optim): it stays, and the upgraded program runs it through '
-               'its as_optax() bridge, which needs flaxlegacy with the layer on; '
-               'port its update rule to an optax GradientTransformation')
+USER_OPTDEF = optimizer_defs.KEEP
 TX_RULES = frozenset(OPTAX) | frozenset(LEGACY_OPTAX) | {'MultiOptimizer'}
 OPT_PARAM_NAMES = ('optimizer', 'opt', 'new_optimizer')
 MODEL_PARAM_NAMES = ('model',)
@@ -159,17 +157,44 @@ class _Scan(cst.CSTVisitor):
     f.optim_locals = {l for l, full in f.imports.items()
                       if full in ('flax.optim',)}
     f.user_optdefs = set()  # classes derived from optim.OptimizerDef & co
+    # user optimizer definitions: class -> optimizer_defs.Plan (translated)
+    # or why not; and every class's bases (last name), for subclasses
+    f.optdef_plans = {}
+    f.class_bases = {}
+    self._classes = 0
+
+  def _is_optimizer_def(self, name):
+    """Whether a base's dotted name is legacy ``OptimizerDef`` itself."""
+    return _qualified(name, self.f.imports) in (
+        'flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
 
   def visit_ClassDef(self, node):
+    self._classes += 1
+    names = []
     for b in node.bases:
       name = facts_lib.dotted(b.value) if isinstance(
           b.value, (cst.Name, cst.Attribute)) else None
+      names.append(name)
       head, _, attr = (name or '').rpartition('.')
       full = self.f.imports.get(name or '', '')
       if (head in self.f.optim_locals and (attr == 'OptimizerDef'
                                             or attr in TX_RULES)) or (
-          full.startswith('flax.optim.')) or (name in self.f.user_optdefs):
+          full.startswith('flax.optim.')) or (name in self.f.user_optdefs) or (
+              _qualified(name, self.f.imports).startswith('flax.optim.')):
         self.f.user_optdefs.add(node.name.value)
+    self.f.class_bases[node.name.value] = [
+        n.split('.')[-1] for n in names if n]
+    if node.name.value in self.f.user_optdefs:
+      if self._classes > 1 or getattr(self, '_fn', None):
+        why = 'it is defined inside a function or class'
+      else:
+        why = optimizer_defs.analyse(
+            node, self.code_of, len(names) == 1
+            and self._is_optimizer_def(names[0]), self.f.top_names)
+      self.f.optdef_plans[node.name.value] = why
+
+  def leave_ClassDef(self, node):
+    self._classes -= 1
 
   def visit_Assign(self, node):
     v = node.value
@@ -294,6 +319,17 @@ class _Scan(cst.CSTVisitor):
           self.f.loss_fns[v.value] = self.code_of(node.args[0].value.value)
 
 
+def _qualified(name, imports):
+  """``flax.optim.OptimizerDef`` for ``flax.optim.OptimizerDef`` under
+  ``import flax``, ``optim.OptimizerDef`` under ``from flax import optim``
+  ...: a dotted name through the file's imports ('' if none)."""
+  head, _, rest = (name or '').partition('.')
+  full = imports.get(head)
+  if not full:
+    return ''
+  return full + ('.' + rest if rest else '')
+
+
 def _class_name(expr):
   """'CNN' for ``CNN`` / ``CNN.partial(...)`` / ``models.CNN``."""
   if (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
@@ -310,7 +346,28 @@ PROGRAM_WORDS = re.compile(
     r'stochastic|nn\.Model|restore_checkpoint|replicate\(\)')
 
 
+def _top_names(module):
+  """Names a module binds at its top level."""
+  names = set()
+  for stmt in module.body:
+    if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+      names.add(stmt.name.value)
+    elif isinstance(stmt, cst.SimpleStatementLine):
+      for small in stmt.body:
+        if isinstance(small, cst.Assign):
+          names.update(t.target.value for t in small.targets
+                       if isinstance(t.target, cst.Name))
+        elif isinstance(small, (cst.Import, cst.ImportFrom)) and not (
+            isinstance(small.names, cst.ImportStar)):
+          for a in small.names:
+            names.add(a.asname.name.value if a.asname and isinstance(
+                a.asname.name, cst.Name) else (facts_lib.dotted(
+                    a.name) or '').split('.')[0])
+  return names
+
+
 def collect_facts(file_facts, module, code_of):
+  file_facts.top_names = _top_names(module)
   module.visit(_Scan(file_facts, code_of))
   file_facts.program_words = bool(PROGRAM_WORDS.search(module.code))
 
@@ -513,7 +570,11 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       fn = expr.func
       if isinstance(fn, cst.Attribute):
         if fn.attr.value == 'create' and isinstance(fn.value, cst.Call) and (
-            self.is_optim(fn.value.func)):
+            self.is_optim(fn.value.func) or self._user_optdef(fn.value)):
+          return OPT
+        if fn.attr.value == 'create' and isinstance(fn.value, cst.Name) and (
+            self.scope.lookup('optdefs', fn.value.value)
+            or self.scope.lookup('user_defs', fn.value.value)):
           return OPT
         if fn.attr.value in ('apply_gradient', 'replicate', 'unreplicate'
                              ) and self.kind_of(fn.value) == OPT:
@@ -582,18 +643,94 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
   def visit_ClassDef(self, node):
     self._quals.append(node.name.value)
     # legacy module bodies are the module rules' (rules/modules.py); a
-    # user-written optimizer definition stays legacy
+    # user-written optimizer definition becomes a function returning an
+    # optax transformation (rules/optimizer_defs.py), or stays with a TODO
     if node.name.value in self.f.user_optdefs:
-      self.todo(node, USER_OPTDEF.format(node.name.value))
+      plan = self._plan(self.f, node.name.value)
+      if isinstance(plan, optimizer_defs.Plan):
+        return True  # its methods' bodies get the program rules too
+      self.todo(node, USER_OPTDEF.format(node.name.value, plan))
       return False
     return node.name.value not in self.f.modules
 
+  def leave_ClassDef(self, original_node, updated_node):
+    plan = (self._plan(self.f, original_node.name.value)
+            if original_node.name.value in self.f.user_optdefs else None)
+    if not isinstance(plan, optimizer_defs.Plan):
+      return updated_node
+    self.note(original_node, f'{plan.name}(OptimizerDef) -> a function '
+              'returning an optax GradientTransformation')
+    return optimizer_defs.convert(self, original_node, updated_node, plan)
+
+  def _plan(self, file_facts, name):
+    """The ``optimizer_defs.Plan`` of the user definition ``name`` of
+    ``file_facts``, or why it is not translated."""
+    plan = getattr(file_facts, 'optdef_plans', {}).get(name)
+    if not isinstance(plan, optimizer_defs.Plan):
+      return plan or 'it is not a direct OptimizerDef subclass'
+    subs = sorted(c for f in self.codebase.files.values()
+                  for c, bases in getattr(f, 'class_bases', {}).items()
+                  if name in bases)
+    if subs:
+      return (f'{subs[0]} derives from it (a function has no subclasses)')
+    return plan
+
+  def is_optimizer_state(self, node):
+    """Whether ``node`` names legacy ``flax.optim.OptimizerState``."""
+    name = facts_lib.dotted(node) if isinstance(
+        node, (cst.Name, cst.Attribute)) else None
+    return _qualified(name, self.f.imports) in (
+        'flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
+
+  def _user_class(self, func):
+    """(FileFacts, class name) of the user OptimizerDef ``func`` names --
+    ``X`` of this file or imported by name, ``module.X`` of an imported
+    file of the codebase -- or None."""
+    if isinstance(func, cst.Name):
+      if func.value in self.f.user_optdefs:
+        return self.f, func.value
+      full = self.f.imports.get(func.value, '')
+      mod, _, cls = full.rpartition('.')
+    elif isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+      mod, cls = self.f.imports.get(func.value.value, ''), func.attr.value
+    else:
+      return None
+    if not mod:
+      return None
+    comps = mod.split('.')
+    here = os.path.dirname(self.f.path)
+
+    def common(path):  # how many trailing module names the path shares
+      parts = os.path.splitext(path)[0].split(os.sep)
+      n = 0
+      while n < min(len(parts), len(comps)) and parts[-1 - n] == comps[-1 - n]:
+        n += 1
+      return n
+
+    files = [f for p, f in self.codebase.files.items()
+             if common(p) and cls in getattr(f, 'user_optdefs', ())]
+    files.sort(key=lambda f: (-common(f.path),
+                              os.path.dirname(f.path) != here))
+    return (files[0], cls) if files else None
+
   def _user_optdef(self, expr):
     """The user OptimizerDef class ``expr`` (a call of it) builds, or None."""
-    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Name) and (
-        expr.func.value in self.f.user_optdefs):
-      return expr.func.value
+    if isinstance(expr, cst.Call):
+      found = self._user_class(expr.func)
+      if found is not None:
+        return found[1]
     return None
+
+  def _translated(self, expr):
+    """The Plan of the user definition ``expr`` (a call) builds, if the
+    upgrade translates it to a function returning optax, else None."""
+    if not isinstance(expr, cst.Call):
+      return None
+    found = self._user_class(expr.func)
+    if found is None:
+      return None
+    plan = self._plan(*found)
+    return plan if isinstance(plan, optimizer_defs.Plan) else None
 
   def visit_FunctionDef(self, node):
     self._quals.append(node.name.value)
@@ -662,7 +799,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
                                               cst.Name)
         and self._user_optdef(v)):
-      self.scope.user_defs[node.targets[0].target.value] = True
+      # True: translated (the name holds an optax transformation now)
+      self.scope.user_defs[node.targets[0].target.value] = (
+          'translated' if self._translated(v) else 'kept')
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
                                               cst.Name)
         and isinstance(v, cst.Call) and isinstance(v.func, (cst.Name,
@@ -1104,17 +1243,29 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       name = self.is_optim(f.value.func)
       if name is not None:
         return self._create(original_node, f.value, name) or updated_node
-    # UserDef(...).create(target): the definition stays, through as_optax()
+    # UserDef(...).create(target): the translated definition is the optax
+    # transformation (rules/optimizer_defs.py); one kept stays, through
+    # as_optax()
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         self._user_optdef(f.value)):
       tx = cst.Module([]).code_for_node(updated_node.func.value)
+      if not self._translated(f.value):
+        tx = f'{tx}.as_optax()'
       return self._create(original_node, None, 'Optimizer',
-                          tx=f'{tx}.as_optax()') or updated_node
+                          tx=tx) or updated_node
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         isinstance(f.value, cst.Name)) and self.scope.lookup(
             'user_defs', f.value.value):
+      tx = f.value.value
+      if self.scope.lookup('user_defs', f.value.value) != 'translated':
+        tx = f'{tx}.as_optax()'
       return self._create(original_node, None, 'Optimizer',
-                          tx=f'{f.value.value}.as_optax()') or updated_node
+                          tx=tx) or updated_node
+    # UserDef(...) of a translated definition, where the learning rate is
+    # set per step: optax.inject_hyperparams around it
+    plan = self._translated(original_node)
+    if plan is not None and self.per_step_lr:
+      return self._inject_user(original_node, updated_node, plan)
     # optimizer_def.create(target), optimizer_def = optim.X(...)
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         isinstance(f.value, cst.Name)) and self.scope.lookup(
@@ -1338,6 +1489,38 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     elif name == 'Momentum':
       tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
     return tx
+
+  def _inject_user(self, original, updated, plan):
+    """``optax.inject_hyperparams(UserDef, static_args=...)(...)``: the
+    translated definition with its learning rate settable per step (every
+    other parameter static, as legacy branched on them in Python)."""
+    args = list(updated.args)
+    if plan.var_args or 'learning_rate' not in plan.params or any(
+        a.star for a in args):
+      self.todo(original, f'{plan.name}(...): the program sets the learning '
+                'rate per step, and this constructor has no learning_rate '
+                'parameter given in a form optax.inject_hyperparams can set')
+      return updated
+    pos = [a for a in args if a.keyword is None]
+    given = len(pos) > plan.params.index('learning_rate') or any(
+        a.keyword is not None and a.keyword.value == 'learning_rate'
+        for a in args)
+    static = [repr(p) for p in plan.params if p != 'learning_rate']
+    static = '(' + ', '.join(static) + (',' if len(static) == 1 else '') + ')'
+    inner = [self._argsrc_new(a) for a in args]
+    if not given:
+      inner.append('learning_rate=0.0')  # set per step
+    self.imports.add('import optax')
+    self.note(original, f'{plan.name}(...) -> optax.inject_hyperparams')
+    func = cst.Module([]).code_for_node(updated.func)
+    return _e(f'optax.inject_hyperparams({func}, static_args={static})'
+              f'({", ".join(inner)})')
+
+  def _argsrc_new(self, a):
+    """Source of an argument of an updated (rewritten) call."""
+    star = a.star if isinstance(a.star, str) else ''
+    kw = f'{a.keyword.value}=' if a.keyword is not None else ''
+    return f'{star}{kw}{cst.Module([]).code_for_node(a.value)}'
 
   def _traversal(self, original, updated):
     """``optim.ModelParamTraversal(f)`` -> ``f``: the filter itself, which
@@ -1577,6 +1760,56 @@ def _add_imports(module, statements, bound):
   return module.with_changes(body=body)
 
 
+def _drop_unused_optim_names(module, f):
+  """Removes ``from flax.optim[.base] import OptimizerDef, OptimizerState``
+  names nothing uses any more (the definitions translated to optax)."""
+  names = {l for l, full in f.imports.items() if full in (
+      'flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef',
+      'flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')}
+  if not names:
+    return module, set()
+  used = set()
+
+  class V(cst.CSTVisitor):
+
+    def visit_Import(self, node):
+      return False
+
+    def visit_ImportFrom(self, node):
+      return False
+
+    def visit_Attribute(self, node):
+      node.value.visit(self)  # not the name after the dot
+      return False
+
+    def visit_Name(self, node):
+      if node.value in names:
+        used.add(node.value)
+
+  module.visit(V())
+  unused = names - used
+  if not unused:
+    return module, set()
+
+  class T(cst.CSTTransformer):
+
+    def leave_ImportFrom(self, original_node, updated_node):
+      if isinstance(updated_node.names, cst.ImportStar) or not (
+          (facts_lib.dotted(updated_node.module) or '').startswith(
+              'flax.optim')):
+        return updated_node
+      keep = [a for a in updated_node.names
+              if (a.asname.name.value if a.asname else facts_lib.dotted(
+                  a.name)) not in unused]
+      if len(keep) == len(updated_node.names):
+        return updated_node
+      if not keep:
+        return cst.RemoveFromParent()
+      return updated_node.with_changes(names=_clean(keep))
+
+  return module.visit(T()), unused
+
+
 def run(ctx, module):
   """The program pass over one file; returns the new module."""
   rw = ProgramRewriter(ctx)
@@ -1584,7 +1817,8 @@ def run(ctx, module):
   dropped = False
   if rw.f.optim_locals:
     new, dropped = _drop_optim_import(new, rw.f.optim_locals)
-  bound = set(ctx.facts.imports)
+  new, unused = _drop_unused_optim_names(new, rw.f)
+  bound = set(ctx.facts.imports) - unused
   if dropped:
     bound -= rw.f.optim_locals
   return _add_imports(new, rw.imports, bound)

@@ -39,13 +39,14 @@ JAX_TEST_CASE_ONLY = frozenset((
 HELPER = '_assert_all_close'
 HELPER_SRC = '''
 
+# Written by flaxlegacy upgrade for the removed jax.test_util.JaxTestCase.
 def _assert_all_close(x, y, check_dtypes=True, atol=None, rtol=None,
                       canonicalize_dtypes=True, err_msg=''):
   """The check of the removed jax.test_util.JaxTestCase.assertAllClose.
 
-  Written by flaxlegacy upgrade: the same tree structure and shapes, the
-  same dtypes if check_dtypes, and numpy.testing.assert_allclose per leaf
-  with atol = rtol = JAX's old per-dtype default where not given.
+  The same tree structure and shapes, the same dtypes if check_dtypes, and
+  numpy.testing.assert_allclose per leaf with atol = rtol = JAX's old
+  per-dtype default where not given.
   """
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -245,7 +246,9 @@ def _insert_helper(module):
         isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
       last = i
   helper = cst.parse_module(HELPER_SRC).body[0]
-  helper = helper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2)
+  helper = helper.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2
+                               + [l for l in helper.leading_lines
+                                  if l.comment is not None])
   body[last + 1:last + 1] = [helper]
   return module.with_changes(body=body)
 
