@@ -636,10 +636,6 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return None
 
   # -- scopes --
-  def leave_ClassDef(self, original_node, updated_node):
-    self._quals.pop()
-    return updated_node
-
   def visit_ClassDef(self, node):
     self._quals.append(node.name.value)
     # legacy module bodies are the module rules' (rules/modules.py); a
@@ -654,6 +650,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return node.name.value not in self.f.modules
 
   def leave_ClassDef(self, original_node, updated_node):
+    self._quals.pop()
     plan = (self._plan(self.f, original_node.name.value)
             if original_node.name.value in self.f.user_optdefs else None)
     if not isinstance(plan, optimizer_defs.Plan):
