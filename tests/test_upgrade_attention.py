@@ -104,7 +104,7 @@ def test_cross_attention_positional_arguments():
     ('nn.SelfAttention(nn.LayerNorm(x), num_heads=2)',
      'the inputs must be plain variables'),
     ('nn.SelfAttention(x, 2)', 'more positional arguments than legacy'),
-    ('nn.SelfAttention(x, **kw)', 'with *args / **kwargs'),
+    ('nn.SelfAttention(x, **kw, **kw)', 'with *args / several **kwargs'),
     ('nn.attention.SelfAttention(x, num_heads=2, cache=c, foo=1)',
      "unknown argument 'foo'"),
 ], ids=['attention_fn', 'expression_input', 'positional', 'kwargs',

@@ -241,9 +241,14 @@ def test_subclass_overriding_apply_becomes_a_plain_module():
 @pytest.mark.parametrize('src,why', [
     ('''
     class Quant(nn.Dense):
-      def param(self, name, shape, init):
+      def param(self, name, shape, init, bits=8):
         return jnp.round(super().param(name, shape, init))
     ''', 'Quant subclasses legacy Dense: overrides param'),
+    ('''
+    class QuantBN(nn.BatchNorm):
+      def param(self, name, shape, init):
+        return jnp.round(super().param(name, shape, init))
+    ''', 'QuantBN subclasses legacy BatchNorm: overrides param'),
     ('''
     class Deeper(Block):
       def apply(self, x, features=3):

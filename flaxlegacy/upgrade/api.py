@@ -3,12 +3,14 @@
 import difflib
 import multiprocessing
 import os
+import re
 import shutil
 import sys
 
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import shipping
 from flaxlegacy.upgrade import transform
 
@@ -61,6 +63,30 @@ def _may_need_rewrite(code, markers):
   return any(m in code for m in markers)
 
 
+_IMPORT_LINE = re.compile(r'^\s*(?:from\s+\S+\s+)?import\s+.*$', re.M)
+
+
+def _parse_importers(files):
+  """Also parses the files that import a parsed one (a test handing a
+  class to a library function): the facts pass (flow.py) follows values
+  through their calls.  To a fixpoint: importers of importers too."""
+  while True:
+    stems = {os.path.splitext(os.path.basename(sf.rel))[0]
+             for sf in files if sf.module is not None}
+    stems.discard('__init__')
+    if not stems:
+      return
+    word = re.compile(r'\b(?:' + '|'.join(sorted(map(re.escape, stems)))
+                      + r')\b')
+    more = [sf for sf in files if sf.module is None and sf.error is None
+            and sf.new_code is None and sf.code is not None and any(
+                word.search(line) for line in _IMPORT_LINE.findall(sf.code))]
+    if not more:
+      return
+    for sf in more:
+      _parse(sf)
+
+
 NAMES = ('legacy', 'linen')
 
 
@@ -70,14 +96,23 @@ def _check_names(names):
                      f'{", ".join(NAMES)}')
 
 
-def _analyse(files, names='legacy'):
+def _analyse(files, names='legacy', observed=None):
   codebase = facts_lib.CodebaseFacts()
   codebase.names_mode = names
   for sf in files:
     if sf.module is not None:
       codebase.add(facts_lib.collect(sf.rel, sf.module,
                                      statement_texts=sf.statement_texts))
-  return codebase.finish()
+  codebase.finish()
+  # what each name can hold, across the codebase (flow.py)
+  values = flow_lib.Flow(codebase)
+  for sf in files:
+    if sf.module is not None:
+      values.add_file(sf.rel, sf.module, codebase.files[sf.rel])
+  if observed:
+    values.observe(observed)
+  codebase.flow = values.solve()
+  return codebase
 
 
 def _parse(sf):
@@ -151,18 +186,31 @@ def _transform_all(files, codebase):
                                            sf.report, sf.statement_texts)
 
 
-def _distinct_rel(files):
-  """Several SRC roots: prefix with the root's basename if names clash."""
-  rels = [sf.rel for sf in files]
-  if len(set(rels)) == len(rels):
-    return
-  for sf in files:
-    sf.rel = os.path.join(os.path.basename(sf.src_root), sf.rel)
+def _src_names(srcs):
+  """Several SRC arguments: each goes under its own name in DST, as
+  ``cp -r pkg tests DST`` puts them (DST/pkg, DST/tests, DST/file.py).
+  One SRC: a directory's contents are DST's, a file goes to DST/file."""
+  if len(srcs) < 2:
+    return {}
+  names = {}
+  for src in srcs:
+    name = os.path.basename(os.path.normpath(os.path.abspath(src)))
+    if name in names.values():
+      clash = [s for s, n in names.items() if n == name][0]
+      raise ValueError(f'flaxlegacy upgrade: SRC {clash} and {src} would '
+                       f'both go to DST/{name}; upgrade them separately or '
+                       'pass their common parent')
+    names[src] = name
+  return names
 
 
 def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
-                  stdout=None, names='legacy'):
+                  stdout=None, names='legacy', observe=None):
   """Runs the upgrade; returns (exit status, report dict).
+
+  ``observe``: a shell command (the codebase's tests) to run under the layer
+  first: the legacy objects it shows at each call are facts too
+  (observe.py).
 
   ``names='linen'``: leave out the ``name=`` that only reproduces a legacy
   auto-name, where linen's own name is known; the report's ``rename_map``
@@ -176,10 +224,13 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
     if not os.path.exists(src):
       raise FileNotFoundError(f'flaxlegacy upgrade: no such file or '
                               f'directory: {src}')
+  under = _src_names(srcs)
+  for src in srcs:
     for root, rel, path in _walk(src):
+      if src in under and os.path.isdir(src):
+        rel = os.path.join(under[src], rel)
       sf = SourceFile(root, rel, path)
       (files if path.endswith('.py') else others).append(sf)
-  _distinct_rel(files + others)
   if out is not None:
     out_abs = os.path.abspath(out)
     for src in srcs:
@@ -196,14 +247,24 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
       sf.new_code = sf.code  # a helper copy an earlier upgrade wrote
     elif _may_need_rewrite(sf.code, markers):
       _parse(sf)
-    else:  # nothing any rule looks for; still name a syntax error
+  _parse_importers(files)
+  for sf in files:
+    if sf.module is None and sf.error is None and sf.new_code is None:
+      # nothing any rule looks for; still name a syntax error
       try:
         compile(sf.code, sf.path, 'exec', dont_inherit=True)
         sf.new_code = sf.code
       except SyntaxError as e:
         sf.error = f'{sf.path}:{e.lineno}:{e.offset}: syntax error: {e.msg}'
         sf.report.error = sf.error
-  codebase = _analyse(files, names)
+  observed = None
+  if observe:
+    from flaxlegacy.upgrade import observe as observe_lib  # pylint: disable=g-import-not-at-top
+    roots = [(src if os.path.isdir(src) else os.path.dirname(
+        os.path.abspath(src)), under.get(src, '') if os.path.isdir(src)
+              else '') for src in srcs]
+    observed = observe_lib.run(observe, roots)
+  codebase = _analyse(files, names, observed)
   _transform_all(files, codebase)
   # the flaxlegacy helpers the tree uses, copied into it
   shipped = shipping.ship(files)

@@ -1,5 +1,5 @@
 """``flaxlegacy upgrade SRC... (--out DST | --in-place | --diff) [--verify]
-[--names legacy|linen]``."""
+[--names legacy|linen] [--observe CMD]``."""
 
 import sys
 
@@ -12,7 +12,9 @@ def add_arguments(parser):
   mode = parser.add_mutually_exclusive_group(required=True)
   mode.add_argument('--out', metavar='DST',
                     help='write the upgraded tree here (mirrors SRC; files '
-                    'that are not Python are copied) with DST/upgrade.json')
+                    'that are not Python are copied) with DST/upgrade.json; '
+                    'several SRC each go under their own name (DST/pkg, '
+                    'DST/tests), as cp -r puts them')
   mode.add_argument('--in-place', action='store_true',
                     help='rewrite the files of SRC themselves')
   mode.add_argument('--diff', action='store_true',
@@ -22,6 +24,12 @@ def add_arguments(parser):
                       help='check every upgraded module class whose input '
                       'shapes appear in an init_by_shape call against the '
                       'legacy one (FLAXLEGACY=off subprocess)')
+  parser.add_argument('--observe', metavar='CMD',
+                      help='first run CMD (the codebase\'s tests, e.g. '
+                      '"python -m pytest tests/") under the layer and record '
+                      'which legacy classes and objects reach each call; '
+                      'they stand in for what the source cannot tell, and a '
+                      'run the source contradicts leaves a TODO')
   parser.add_argument('--names', choices=('legacy', 'linen'),
                       default='legacy',
                       help='submodule names: legacy (default: name= where '
@@ -44,7 +52,8 @@ def run(args):
   try:
     status, report = api.upgrade_paths(
         args.src, out=args.out, in_place=args.in_place, diff=args.diff,
-        verify=args.verify, stdout=sys.stdout, names=args.names)
+        verify=args.verify, stdout=sys.stdout, names=args.names,
+        observe=args.observe)
   except (FileNotFoundError, ValueError) as e:
     sys.stderr.write(f'{e}\n')
     return 2

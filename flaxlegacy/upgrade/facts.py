@@ -33,12 +33,19 @@ from libcst.helpers import get_full_name_for_node
 
 ARRAY_ATTRS = frozenset(('shape', 'ndim', 'dtype', 'reshape', 'astype', 'T',
                          'size', 'sum', 'mean', 'transpose', 'squeeze'))
+WEAK_ARRAY_ATTRS = frozenset(('size',))
 NOT_ARRAY_CALLS = frozenset((
     'len', 'range', 'int', 'float', 'tuple', 'list', 'isinstance', 'print',
     'str', 'dict', 'enumerate', 'zip', 'max', 'min', 'sum', 'getattr',
     'hasattr', 'bool', 'repr', 'sorted', 'type', 'set', 'any', 'all', 'abs',
     'functools.partial'))
 LEGACY_NN_MODULES = ('flax.nn', 'flax.deprecated.nn')
+TREE_FNS = frozenset(('tree_map', 'tree_multimap', 'tree_leaves',
+                      'tree_flatten', 'tree_reduce', 'tree_structure',
+                      'tree_transpose'))
+# the legacy module life cycle, called on a module class held by a parameter
+DRIVE_METHODS = frozenset(('init', 'call', 'init_by_shape', 'create',
+                           'create_by_shape'))
 
 
 @dataclasses.dataclass
@@ -65,6 +72,12 @@ class ModuleInfo:
   shared_kw: list = dataclasses.field(default_factory=list)
   # legacy @nn.module_method methods the upgrade converted (module_methods)
   module_methods: list = dataclasses.field(default_factory=list)
+  # keyword-only apply parameters (after ``*`` / ``*args``)
+  kwonly: List[str] = dataclasses.field(default_factory=list)
+  # parameters holding a module class that the body drives through the
+  # legacy life cycle (``P.init(rng, ...)``, ``P.call(params, ...)``):
+  # rigl's masking wrapper (rules/drivers.py)
+  driven: set = dataclasses.field(default_factory=set)
 
   def report(self):
     out = {'file': self.file, 'class': self.name, 'fields': self.fields,
@@ -83,6 +96,9 @@ class FileFacts:
   # helper function name -> (kind, target expression source) for helpers
   # whose every return is ``X.partial(...)``.
   partial_helpers: Dict[str, str] = dataclasses.field(default_factory=dict)
+  # helper name -> {parameter index or name: the partial's keyword it binds}
+  partial_helper_binds: Dict[str, dict] = dataclasses.field(
+      default_factory=dict)
   partial_kwargs: Dict[str, set] = dataclasses.field(default_factory=dict)
   init_shapes: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
   # classes this file makes shared instances of (``M.shared(...)``)
@@ -126,6 +142,7 @@ class _FileVisitor(cst.CSTVisitor):
     self.class_depth = 0
     self.text = '.partial'  # the current top-level statement's source
     self.assigned = {}  # simple module-level/function name -> expr
+    self._module_stack = []  # per open class: is it a legacy module
 
   # -- imports --
   def visit_Import(self, node):
@@ -165,8 +182,10 @@ class _FileVisitor(cst.CSTVisitor):
 
   def visit_ClassDef(self, node):
     self.class_depth += 1
-    if self.depth or self.class_depth > 1:
-      return
+    nested = bool(self.depth or self.class_depth > 1)
+    self._module_stack.append(False)
+    if nested and any(self._module_stack[:-1]):
+      return  # inside a legacy module's own body
     for b in node.bases:
       base = self._is_legacy_base(b.value)
       if base is None and isinstance(b.value, cst.Name):
@@ -186,11 +205,23 @@ class _FileVisitor(cst.CSTVisitor):
       extra, info.shared_kw = helpers.shared_calls(node, apply,
                                                    set(info.params))
       info.child_calls += extra
+      info.nested = nested
+      self._module_stack[-1] = True
+      old = self.f.modules.get(info.name)
+      if old is not None and (old.params, old.defaults) != (
+          info.params, info.defaults):
+        # two module classes of one name (test methods each defining
+        # their own network): neither is known for certain by name
+        why = 'two module classes of this name in this file'
+        for i in (old, info):
+          if why not in i.problems:
+            i.problems.append(why)
       self.f.modules[info.name] = info
       return
 
   def leave_ClassDef(self, node):
     self.class_depth -= 1
+    self._module_stack.pop()
 
   def visit_FunctionDef(self, node):
     self.depth += 1
@@ -215,6 +246,17 @@ class _FileVisitor(cst.CSTVisitor):
         targets.add(None)
     if len(targets) == 1 and None not in targets:
       self.f.partial_helpers[node.name.value] = targets.pop()
+      # which keyword of the partial each helper parameter is bound to
+      ps = [p.name.value for p in list(node.params.posonly_params)
+            + list(node.params.params)]
+      binds = {}
+      for r in rets:
+        for a in r.value.args:
+          if (a.keyword is not None and isinstance(a.value, cst.Name)
+              and a.value.value in ps):
+            binds[ps.index(a.value.value)] = a.keyword.value
+            binds[a.value.value] = a.keyword.value
+      self.f.partial_helper_binds[node.name.value] = binds
 
   def leave_FunctionDef(self, node):
     self.depth -= 1
@@ -229,6 +271,7 @@ class _FileVisitor(cst.CSTVisitor):
     plist = list(ps.posonly_params) + list(ps.params)
     if skip_self and plist:
       plist = plist[1:]
+    info.kwonly = [p.name.value for p in ps.kwonly_params]
     for p in plist + list(ps.kwonly_params):
       info.params.append(p.name.value)
       if p.default is not None:
@@ -239,8 +282,10 @@ class _FileVisitor(cst.CSTVisitor):
       info.var_kw = ps.star_kwarg.name.value
     usage = _UsageVisitor(set(info.params))
     fn.body.visit(usage)
-    info.array_params = usage.array
+    info.array_params = usage.array - usage.driven
+    info.weak_array = usage.weak - usage.array - usage.driven
     info.child_calls = usage.child_calls
+    info.driven = usage.driven
     return info
 
   # -- partial kwargs and init_by_shape --
@@ -397,12 +442,17 @@ class _UsageVisitor(cst.CSTVisitor):
   def __init__(self, params):
     self.params = params
     self.array = set()
+    self.weak = set()  # only ``p.size``: an array, or a config's field
     self.child_calls = []
+    self.driven = set()
 
   def visit_Attribute(self, node):
     if (isinstance(node.value, cst.Name) and node.value.value in self.params
         and node.attr.value in ARRAY_ATTRS):
-      self.array.add(node.value.value)
+      if node.attr.value in WEAK_ARRAY_ATTRS:
+        self.weak.add(node.value.value)
+      else:
+        self.array.add(node.value.value)
 
   def visit_Subscript(self, node):
     if isinstance(node.value, cst.Name) and node.value.value in self.params:
@@ -410,6 +460,10 @@ class _UsageVisitor(cst.CSTVisitor):
 
   def visit_Call(self, node):
     name = dotted(node.func)
+    f = node.func
+    if (isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name)
+        and f.value.value in self.params and f.attr.value in DRIVE_METHODS):
+      self.driven.add(f.value.value)
     from flaxlegacy.upgrade.rules import recurrent  # pylint: disable=g-import-not-at-top
     self.array.update(recurrent.array_params(node, self.params))
     if isinstance(node.func, cst.Name):
@@ -428,6 +482,13 @@ class _UsageVisitor(cst.CSTVisitor):
         self.child_calls.append((node.func.value, pos, kw))
     if name in NOT_ARRAY_CALLS:
       return
+    if name and name.startswith('jax.') and name.split('.')[-1] in TREE_FNS:
+      # a pytree of arrays (a mask of the parameters): an input; linen
+      # would also freeze a dict field, unlike the parameters it is mapped
+      # against
+      for a in node.args:
+        if isinstance(a.value, cst.Name) and a.value.value in self.params:
+          self.array.add(a.value.value)
     from flaxlegacy.upgrade.rules import attention  # pylint: disable=g-import-not-at-top
     self.array |= attention.array_params(node.func, node.args, self.params)
     if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
@@ -447,6 +508,7 @@ class CodebaseFacts:
     self.modules = {}  # class name -> ModuleInfo (first definition wins)
     self.partial_kwargs = {}
     self.shared_classes = set()
+    self.flow = None  # flow.Flow: what each name can hold (api._analyse)
     # 'legacy': keep legacy auto-names (explicit name=); 'linen': linen's own
     # per-type names where they are known statically, plus a rename map
     self.names_mode = 'legacy'
@@ -455,10 +517,43 @@ class CodebaseFacts:
     """The module class ``name`` as seen from a file: its own first."""
     return file_facts.modules.get(name) or self.modules.get(name)
 
+  def imported_file(self, file_facts, local):
+    """The FileFacts of the codebase file that ``local`` (a name bound by
+    an import in ``file_facts``: ``from pkg import models``) is, or None."""
+    full = file_facts.imports.get(local) if file_facts else None
+    if not full:
+      return None
+    found = None
+    for rel, f in self.files.items():
+      stem = rel[:-3] if rel.endswith('.py') else rel
+      stem = stem.replace('/', '.').replace('\\', '.')
+      if stem.endswith('.__init__'):
+        stem = stem[:-len('.__init__')]
+      if stem == full or stem.endswith('.' + full) or full.endswith(
+          '.' + stem):
+        if found is not None and found is not f:
+          return None  # two files could be it
+        found = f
+    return found
+
+  def partial_helper(self, file_facts, func):
+    """(target source, FileFacts) of a helper returning ``X.partial(...)``
+    called as ``func`` (``helper`` or ``module.helper``), or (None, None)."""
+    if isinstance(func, cst.Name):
+      if func.value in file_facts.partial_helpers:
+        return file_facts.partial_helpers[func.value], file_facts
+      return None, None
+    if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name):
+      f = self.imported_file(file_facts, func.value.value)
+      if f is not None and func.attr.value in f.partial_helpers:
+        return f.partial_helpers[func.attr.value], f
+    return None, None
+
   def add(self, facts):
     self.files[facts.path] = facts
     for name, info in facts.modules.items():
-      self.modules.setdefault(name, info)
+      if not getattr(info, 'nested', False):  # a class local to a function
+        self.modules.setdefault(name, info)   # is not importable
     for name, keys in facts.partial_kwargs.items():
       self.partial_kwargs.setdefault(name, set()).update(keys)
     self.shared_classes |= facts.shared_classes
@@ -472,11 +567,16 @@ class CodebaseFacts:
       partial = self.partial_kwargs.get(info.name, set())
       info.fields, info.call = [], []
       for i, p in enumerate(info.params):
-        if info.kind == 'class' and i == 0 or info.kind == 'function' and i == 0:
+        if i == 0 and p not in info.kwonly:  # the input
           info.call.append(p)
+        elif p in info.driven:  # a module class: a field
+          info.fields.append(p)
         elif p in partial:
           info.fields.append(p)
-        elif p in info.array_params:
+        elif p in info.array_params or (
+            p in getattr(info, 'weak_array', ()) and '**' not in partial):
+          # (``p.size`` of a module some .partial(**config) builds: a
+          # config's field as likely as an array's size: a field)
           info.call.append(p)
         else:
           info.fields.append(p)

@@ -54,6 +54,9 @@ class Context:
     self.positions = positions
     self.code_of = code_of
     self.needed_imports = set()  # 'functools', 'itertools', 'typing.Any'
+    # name -> source of a small function the rewritten code calls, written
+    # once into the file after its imports (rules/splat.py)
+    self.needed_defs = {}
     self.line_offset = 0
 
   def line(self, node):
@@ -112,6 +115,19 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     self._todos = []  # stack of lists, one per open statement
     self._in_import = 0
     self._handled = set()  # ids of original nodes a rule consumed
+    self._quals = []  # enclosing class / function names (flow.py scopes)
+
+  def qual(self):
+    """The flow.py scope name of the code being visited."""
+    return '.'.join(self._quals)
+
+  def flow_values(self, expr):
+    """What ``expr`` (an original node) can hold (flow.py), or None when
+    there are no codebase facts."""
+    flow = getattr(self.ctx.codebase, 'flow', None)
+    if flow is None:
+      return None
+    return flow.values_of(self.ctx.facts.path, self.qual(), expr)
 
   # -- bookkeeping --
   def rewrote(self, node, rule, what):
@@ -268,25 +284,34 @@ class Upgrader(TodoComments, cst.CSTTransformer):
 
   # -- module definitions (rules/modules.py) --
   def visit_ClassDef(self, node):
+    self._quals.append(node.name.value)
     info = self.ctx.facts.modules.get(node.name.value)
     if info is not None and info.kind == 'class':
       return False  # converted as a whole in leave_ClassDef
     return True
 
   def leave_ClassDef(self, original_node, updated_node):
+    self._quals.pop()
     info = self.ctx.facts.modules.get(original_node.name.value)
     if info is None or info.kind != 'class':
+      return updated_node
+    dup = [p for p in info.problems if p.startswith('two module classes')]
+    if dup:
+      self.todo(original_node, f'{info.name}: {dup[0]}; rename one of them '
+                'or port by hand')
       return updated_node
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
     return modules.convert_class(self, original_node, info)
 
   def visit_FunctionDef(self, node):
+    self._quals.append(node.name.value)
     info = self.ctx.facts.modules.get(node.name.value)
     if info is not None and info.kind == 'function':
       return False
     return True
 
   def leave_FunctionDef(self, original_node, updated_node):
+    self._quals.pop()
     info = self.ctx.facts.modules.get(original_node.name.value)
     if info is None or info.kind != 'function':
       return updated_node
@@ -341,6 +366,38 @@ def add_imports(module, needed):
     # after a module docstring, if any
     last = 0 if body and _is_docstring(body[0]) else -1
   body[last + 1:last + 1] = new
+  return module.with_changes(body=body)
+
+
+def _import_block_end(module):
+  """Index of the last top-level import before any definition, or -1."""
+  last = -1
+  for i, stmt in enumerate(module.body):
+    if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+      break
+    if isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+      last = i
+  return last
+
+
+def add_defs(module, needed):
+  """Writes the functions ``needed`` (name -> source) that the file does
+  not define yet, after its imports."""
+  have = {s.name.value for s in module.body if isinstance(s, cst.FunctionDef)}
+  new = []
+  for name in sorted(needed):
+    if name in have:
+      continue
+    fn = cst.parse_statement(needed[name])
+    new.append(fn.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
+  if not new:
+    return module
+  body = list(module.body)
+  at = _import_block_end(module)
+  if at < 0:
+    at = 0 if body and _is_docstring(body[0]) else -1
+  body[at + 1:at + 1] = new
   return module.with_changes(body=body)
 
 
@@ -427,6 +484,8 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
   new = module.with_changes(body=body) if changed else module
   if ctx.needed_imports:
     new = add_imports(new, ctx.needed_imports)
+  if ctx.needed_defs:
+    new = add_defs(new, ctx.needed_defs)
   # Removed jax.test_util helpers in test files (rules/test_util.py).
   from flaxlegacy.upgrade.rules import test_util  # pylint: disable=g-import-not-at-top
   new = test_util.run(ctx, new)

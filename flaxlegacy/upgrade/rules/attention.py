@@ -25,9 +25,13 @@ bias=False, cache=cache)`` becomes::
   ``decode=<cache> is not None``; the cache is linen's ``'cache'``
   collection.  The call keeps a TODO: the program-level cache life cycle
   (``Cache().initialize_cache`` / ``cache.mutate()``) is not rewritten here.
-* Left with a TODO: ``attention_fn=``, ``*args`` / ``**kwargs``, positional
-  arguments legacy would reject, and inputs that are not plain variables
-  (the mask needs them a second time).
+* ``**kwargs`` (one dict, a plain variable: vision transformers splat
+  their attention config): split when the call runs by
+  ``_legacy_attention_kwargs``, written into the file (linen names for the
+  constructor, the mask's arguments apart, a TypeError for the rest).
+* Left with a TODO: ``attention_fn=``, ``*args`` / several ``**kwargs``,
+  positional arguments legacy would reject, and inputs that are not plain
+  variables (the mask needs them a second time).
 """
 
 import libcst as cst
@@ -129,10 +133,15 @@ def rewrite(up, original, updated, attr):
   bound = {}
   keys = []  # the legacy parameter of each argument
   name_arg = None
+  splat = None  # **kwargs: mapped when the call runs (_legacy_attention)
   for i, a in enumerate(args):
+    if a.star == '**' and splat is None and _simple(a.value):
+      splat = a.value
+      keys.append('**')
+      continue
     if a.star:
-      up.todo(original, f'nn.{attr} with *args / **kwargs: the legacy '
-              'attention arguments cannot be mapped')
+      up.todo(original, f'nn.{attr} with *args / several **kwargs: the '
+              'legacy attention arguments cannot be mapped')
       return updated
     k = a.keyword.value if a.keyword is not None else None
     if k is None:
@@ -150,7 +159,7 @@ def rewrite(up, original, updated, attr):
       up.todo(original, f'nn.{attr}: unknown argument {k!r}')
       return updated
     bound[k] = a.value
-  if 'inputs_q' not in bound or 'num_heads' not in bound:
+  if 'inputs_q' not in bound or ('num_heads' not in bound and splat is None):
     up.todo(original, f'nn.{attr} without inputs or num_heads')
     return updated
   if 'attention_fn' in bound:
@@ -186,9 +195,20 @@ def rewrite(up, original, updated, attr):
       ctor.append(_keyword(a, CTOR[k]))
     elif k in MASK_ARGS:
       mask_args.append(_keyword(a, k))
-  if 'dropout_rate' in bound and 'deterministic' not in bound:
+  if 'dropout_rate' in bound and 'deterministic' not in bound and (
+      splat is None):
     # legacy default; linen's has none
     ctor.append(modules._arg(cst.Name('False'), 'deterministic'))  # pylint: disable=protected-access
+  if splat is not None:
+    # the keys are known when the call runs: linen's names, the mask's
+    # arguments apart, and a TypeError for what has no linen counterpart
+    src = cst.Module([]).code_for_node(splat)
+    given = '(' + ''.join(f'{k!r}, ' for k in bound) + ')'
+    up.ctx.needed_defs[KWARGS_HELPER] = KWARGS_HELPER_SRC
+    ctor.append(cst.Arg(star='**', value=modules._expr(  # pylint: disable=protected-access
+        f"{KWARGS_HELPER}({src}, 'ctor', {given})")))
+    mask_args.append(cst.Arg(star='**', value=modules._expr(  # pylint: disable=protected-access
+        f"{KWARGS_HELPER}({src}, 'mask', {given})")))
   if decode is not None:
     ctor.append(modules._arg(decode, 'decode'))  # pylint: disable=protected-access
     mask_args.append(modules._arg(decode.deep_clone(), 'decode'))  # pylint: disable=protected-access
@@ -226,6 +246,32 @@ def rewrite(up, original, updated, attr):
       func=func, args=modules._clean_args(ctor),  # pylint: disable=protected-access
       whitespace_before_args=updated.whitespace_before_args),
                   args=modules._clean_args(call))  # pylint: disable=protected-access
+
+
+KWARGS_HELPER = '_legacy_attention_kwargs'
+KWARGS_HELPER_SRC = f'''\
+def _legacy_attention_kwargs(kwargs, part, given=()):
+  """Legacy attention keyword arguments splatted into a call, for linen.
+
+  part 'ctor': those of MultiHeadDotProductAttention's constructor, with
+  linen's names (and legacy's default deterministic=False where a dropout
+  rate is given); part 'mask': those of the legacy mask; any other legacy
+  argument raises (it has no linen counterpart in this call).
+  """
+  ctor = {CTOR!r}
+  mask = {MASK_ARGS!r}
+  extra = [k for k in kwargs if k not in ctor and k not in mask]
+  if extra:
+    raise TypeError(f'legacy attention arguments {{extra}} have no linen '
+                    'counterpart here')
+  if part == 'mask':
+    return {{k: v for k, v in kwargs.items() if k in mask}}
+  out = {{ctor[k]: v for k, v in kwargs.items() if k in ctor}}
+  if (('dropout_rate' in kwargs or 'dropout_rate' in given)
+      and 'deterministic' not in kwargs and 'deterministic' not in given):
+    out['deterministic'] = False
+  return out
+'''
 
 
 def _keyword(a, keyword):

@@ -26,11 +26,15 @@ import collections
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
+from flaxlegacy.upgrade.rules import drivers
+from flaxlegacy.upgrade.rules import splat
+from flaxlegacy.upgrade.rules import subclasses
 from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
 
 Ref = collections.namedtuple('Ref', 'kind target extra')
@@ -83,10 +87,48 @@ def _kw(a):
 class Resolver:
   """What a callee expression denotes, in one body."""
 
-  def __init__(self, up, local_vars):
+  def __init__(self, up, local_vars, flow_ok=True):
     self.up = up
     self.locals = local_vars
     self.why_not = {}  # name -> why a call of it is not rewritten
+    # flow.py facts are about the legacy source's nodes: only for
+    # expressions of the original tree
+    self.flow_ok = flow_ok
+    # off while a body's local aliases are being resolved (_LocalScan):
+    # a local not known yet is not an unknown value
+    self.flow_names = True
+
+  def from_flow(self, expr):
+    """(Ref or None, why or None) from what ``expr`` can hold."""
+    values = self.up.flow_values(expr) if hasattr(self.up,
+                                                   'flow_values') else None
+    if values is None:
+      return None, None
+    name = self.up.ctx.code_of(expr)
+    if isinstance(expr, cst.Name):
+      flow = self.up.ctx.codebase.flow
+      why = flow.contradiction(self.up.ctx.facts.path, self.up.qual(),
+                               expr.value)
+      if why:  # --observe: the run and the source disagree
+        return None, f'{name!r}: {why}; rewrite its uses by hand'
+    choice, why = flow_lib.module_choice(self.up.ctx.codebase, values)
+    if choice is None:
+      return None, (f'{name!r}: {why}; rewrite its uses by hand' if why
+                    else None)
+    if choice[0] == 'layer':
+      layer = layers_rule.LAYERS.get(choice[1])
+      if layer is None or layer.linen in layers_rule.SHIPPED:
+        return None, (f'{name!r} holds legacy {choice[1]}, which this '
+                      'upgrade does not pass around')
+      missing = [k for k in layer.add_kwargs
+                 if any(k not in kws for kws in choice[2])]
+      if missing and any(choice[2]):
+        return None, (f'{name!r} holds legacy {choice[1]}, sometimes '
+                      f'without {missing}, which linen needs for the legacy '
+                      'numbers')
+      inner = Ref('layer', layer, None)
+      return (Ref('partial', inner, None) if any(choice[2]) else inner), None
+    return Ref('class', choice[1][0], 'field'), None
 
   def __call__(self, expr):
     ctx = self.up.ctx
@@ -104,6 +146,14 @@ class Resolver:
         return self.locals[expr.value]
       # a hyper-parameter holding a module; an alias X = M.partial(...)
       ref, why = aliases_rule.resolve_field_module(self, expr.value)
+      if ref is None and (why or expr.value in getattr(self.up, 'fields',
+                                                       ())):
+        # what the codebase binds it to, followed through values (flow.py)
+        ref2, why2 = self.from_flow(expr)
+        if ref2 is not None:
+          ref, why = ref2, None
+        elif why2 and not why:
+          why = why2
       if why:
         self.why_not[expr.value] = why
       if ref is not None or why:
@@ -111,7 +161,31 @@ class Resolver:
       info = ctx.codebase.module(ctx.facts, expr.value)
       if info is not None and not info.problems:
         return Ref('class', info, None)
-      return aliases_rule.resolve_alias(self, expr.value)
+      layer = subclasses.param_layer(ctx.codebase, info)
+      if layer is not None:  # class StdConv(nn.Conv) overriding param
+        return Ref('layer', layer, None)
+      ref = aliases_rule.resolve_alias(self, expr.value)
+      if ref is None and self.flow_ok and self.flow_names:
+        ref, why = self.from_flow(expr)
+        if why:
+          self.why_not[expr.value] = why
+      return ref
+    if (isinstance(expr, cst.Attribute) and isinstance(expr.value, cst.Name)
+        and expr.value.value not in self.locals):
+      # module.Class, ``module`` an imported file of the codebase
+      f = ctx.codebase.imported_file(ctx.facts, expr.value.value)
+      info = f.modules.get(expr.attr.value) if f is not None else None
+      if info is not None and not info.problems:
+        return Ref('class', info, None)
+      layer = subclasses.param_layer(ctx.codebase, info)
+      if layer is not None:
+        return Ref('layer', layer, None)
+    if isinstance(expr, (cst.Attribute, cst.Subscript)) and self.flow_ok:
+      # self.network, KNOWN_MODELS[name]: what it holds (flow.py)
+      ref, why = self.from_flow(expr)
+      if why:
+        self.why_not[self.up.ctx.code_of(expr)] = why
+      return ref
     if isinstance(expr, cst.Call):
       f = expr.func
       if isinstance(f, cst.Attribute) and f.attr.value in ('partial',
@@ -120,8 +194,9 @@ class Resolver:
         if inner is not None and (inner.kind in ('layer', 'class') or (
             inner.kind == 'partial' and f.attr.value == 'partial')):
           return Ref(f.attr.value, inner, expr)
-      if isinstance(f, cst.Name) and f.value in ctx.facts.partial_helpers:
-        inner = self(_expr(ctx.facts.partial_helpers[f.value]))
+      target, _ = ctx.codebase.partial_helper(ctx.facts, f)
+      if target is not None:  # helper() / module.helper() -> X.partial
+        inner = self(_expr(target))
         if inner is not None and inner.kind in ('layer', 'class'):
           return Ref('partial', inner, expr)
       return None
@@ -466,8 +541,12 @@ class ApplyRewriter(transform.Upgrader):
   def __init__(self, up, info, fn):
     super().__init__(up.ctx)
     self.info = info
+    # flow.py scope of the body (the class's leave has left its scope)
+    self._quals = list(getattr(up, '_quals', [])) + (
+        [info.name, 'apply'] if info.kind == 'class' else [info.name])
     self.fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
     self.resolver = Resolver(self, {})
+    self.resolver.flow_names = False
     for _ in range(4):  # to a fixpoint: ``B = A.partial(...)``, A local
       scan = _LocalScan(self.resolver)
       fn.body.visit(scan)
@@ -475,6 +554,7 @@ class ApplyRewriter(transform.Upgrader):
       if found.keys() == self.resolver.locals.keys():
         break
       self.resolver.locals = found
+    self.resolver.flow_names = True
     self.assigned_fields = sorted(self.fields & scan.assigned)
     self._skip_names = set()
     # locals holding X.partial(...) or a module from outside (wmt's embed)
@@ -543,6 +623,9 @@ class ApplyRewriter(transform.Upgrader):
     ref = self.resolver(node.func)
     if ref is not None:
       self._handled.add(id(node.func))
+      root = _partial_root(ref) if ref.kind == 'partial' else ref
+      if root.kind == 'class':  # a legacy layer for a wrapper to drive
+        drivers.layer_values(self, node, root.target)
     f = node.func
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       if self.resolver(f.value) is not None:
@@ -565,6 +648,11 @@ class ApplyRewriter(transform.Upgrader):
     if id(original_node) in self.instance_partials:
       inner = self.resolver(original_node.func.value)
       return self._instance(original_node, updated_node, inner)
+    # P.init / P.call of a module class held by a parameter
+    new = drivers.life_cycle_call(self, original_node, updated_node)
+    if new is not None:
+      return new
+    updated_node = self._unfrozen_tree_args(original_node, updated_node)
     updated = super().leave_Call(original_node, updated_node)
     if updated is not updated_node:
       return updated
@@ -615,6 +703,31 @@ class ApplyRewriter(transform.Upgrader):
     if ref.kind == 'instance':
       return updated_node  # calls a module instance (rules/partial_locals)
     return self._module_call(original_node, updated_node, ref)
+
+  def _unfrozen_tree_args(self, original, updated):
+    """``jax.tree_map(f, params, mask)`` with ``mask`` a dict field: linen
+    freezes dict fields (a FrozenDict), legacy kept the dict, and a dict
+    and a FrozenDict are different pytree nodes: read it unfrozen."""
+    name = facts_lib.dotted(original.func)
+    if not (name and name.startswith('jax.') and name.split('.')[-1] in (
+        'tree_map', 'tree_multimap')) or len(original.args) != len(
+            updated.args):
+      return updated
+    args = list(updated.args)
+    changed = False
+    for i, a in enumerate(original.args):
+      if (i and not a.star and isinstance(a.value, cst.Name)
+          and a.value.value in self.fields
+          and a.value.value not in self.assigned_fields):
+        args[i] = args[i].with_changes(value=cst.Call(
+            func=_expr('flax.core.unfreeze'), args=[cst.Arg(args[i].value)]))
+        changed = True
+    if not changed:
+      return updated
+    self.ctx.needed_imports.add('flax')
+    self.rewrote(original, 'frozen_fields', 'dict field in a pytree map -> '
+                 'flax.core.unfreeze(field)')
+    return updated.with_changes(args=args)
 
   def _self_method(self, original, updated, method):
     args = list(updated.args)
@@ -781,14 +894,31 @@ class ApplyRewriter(transform.Upgrader):
         self.todo(original, 'call of a shared module with hyper-parameters')
       return updated
     target = _partial_root(ref)
+    var_pos = None
     if target.kind == 'layer':
       sig = ('inputs',) + target.target.params
+      pos_sig = sig
     else:
       sig = tuple(target.target.params)
+      pos_sig = sig
+      var_pos = target.target.var_pos
+      if var_pos:  # positional arguments past the named ones: *args
+        pos_sig = tuple(p for p in sig if p not in target.target.kwonly)
     bound = []  # (legacy param name or None, Arg)
     var_kw = {}
-    for i, a in enumerate(args):
+    splat_values = {}  # id(updated ** Arg) -> the legacy source's value
+    expanded = []
+    for a, o in zip(args, original.args):
+      keys = splat.literal_keywords(a.value) if a.star == '**' else None
+      if keys is not None:  # **{'k': v}: keywords of the call
+        expanded += [(_arg(v, k2), None) for k2, v in keys]
+      else:
+        expanded.append((a, o))
+    args = [a for a, _ in expanded]
+    for i, (a, o) in enumerate(expanded):
       k = _kw(a)
+      if a.star == '**' and o is not None:
+        splat_values[id(a)] = o.value
       if a.star == '**':
         if target.kind == 'class' or not target.target.add_kwargs:
           bound.append(('**', a))  # layer: keys renamed at run time below
@@ -798,11 +928,14 @@ class ApplyRewriter(transform.Upgrader):
                   'may be among them)')
         return updated
       if k is None:
-        if i >= len(sig):
+        if i >= len(pos_sig) and var_pos:
+          bound.append(('*', a))
+          continue
+        if i >= len(pos_sig):
           self.todo(original, 'more positional arguments than the legacy '
                     'apply takes')
           return updated
-        bound.append((sig[i], a))
+        bound.append((pos_sig[i], a))
       elif k == 'name':
         bound.append(('name', a))
       elif k in sig:
@@ -851,20 +984,25 @@ class ApplyRewriter(transform.Upgrader):
     else:
       info = target.target
       ctor, call_args = [], []
+      splats = [a for k, a in bound if k == '**']
+      given = {kk for kk, _ in bound}
+      if len(splats) > 1:
+        self.todo(original, 'several dicts splatted into one legacy module '
+                  'call: split them by hand')
+        return updated
       for k, a in bound:
         if k == 'name' or k in info.fields:
           ctor.append(a if a.keyword is not None else _arg(a.value, k))
-        elif k == '**' and info.var_kw:
-          ctor.append(_arg(a.value, info.var_kw))
         elif k == '**':
-          # Forwarded **kwargs go to the constructor: sound only when every
-          # call parameter of the child is passed explicitly.
-          given = {kk for kk, _ in bound}
-          if not set(info.call) <= given:
-            self.todo(original, '**kwargs forwarded to a module whose call '
-                      'parameters it may hold')
+          new = self._splat(original, info, a, splat_values.get(id(a)),
+                            given, var_kw)
+          if new is None:
             return updated
-          ctor.append(a)
+          ctor.append(new[0])
+          if new[1] is not None:
+            call_args.append(cst.Arg(value=new[1], star='**'))
+          if info.var_kw:
+            var_kw = {}  # merged into the split
         else:
           call_args.append(a)
       if var_kw:
@@ -890,6 +1028,38 @@ class ApplyRewriter(transform.Upgrader):
                     args=_clean_args(call_args))
 
 
+def _splat(self, original, info, arg, legacy_value, given, var_kw):
+  """``**d`` in a call of the legacy module ``info`` (rules/splat.py):
+  (constructor Arg, call expression or None), or None after a TODO."""
+  if not info.var_kw and set(info.call) <= given:
+    # every call parameter passed explicitly: the keys are fields (or a
+    # TypeError, as in legacy)
+    return arg, None
+  caller = self.info
+  if (info.var_kw and legacy_value is not None
+      and getattr(caller, 'var_kw', None) not in self.assigned_fields
+      and splat.forwarded_whole(caller, info, legacy_value, given)):
+    value = arg.value
+    if var_kw:
+      items = ', '.join(f'{k!r}: {self.ctx.code_of(a.value)}'
+                        for k, a in var_kw.items())
+      value = _expr(f'{{**{self.ctx.code_of(value)}, {items}}}')
+    self.rewrote(original, 'splat', f'**{info.var_kw} forwarded whole')
+    return _arg(value, info.var_kw), None
+  split, why = splat.runtime_split(
+      self, info, arg.value, [(k, a.value) for k, a in var_kw.items()],
+      self.ctx.code_of)
+  if split is None:
+    self.todo(original, why)
+    return None
+  self.rewrote(original, 'splat', f'**dict into {info.name}: split into '
+               'fields / catch-all at run time')
+  return cst.Arg(value=split[0], star='**'), split[1]
+
+
+ApplyRewriter._splat = _splat  # pylint: disable=protected-access
+
+
 def _ctor_expr(up, ref, updated_func):
   """The constructor expression: ``nn.Dense``, ``Block``, a variable ..."""
   if ref.kind == 'layer':
@@ -902,6 +1072,8 @@ def _ctor_expr(up, ref, updated_func):
           'what': f'nn.{ref.target.legacy} -> {ref.target.linen}',
           'shipped': full})
       return _expr(ref.target.linen)
+    if subclasses.is_user_layer(ref.target):
+      return updated_func  # the user's subclass of a layer (StdConv)
     return updated_func if isinstance(updated_func, cst.Attribute) else _expr(
         up._prefix() + '.' + ref.target.linen)  # pylint: disable=protected-access
   return updated_func
@@ -950,6 +1122,8 @@ def partial_call(up, original, updated, inner):
                                                         _kw(a))])
         return updated
     args = _add_layer_defaults(layer, [_layer_kwarg(a, layer) for a in args])
+    args = [a.with_changes(value=_renamed_kwargs(layer, a.value))
+            if a.star == '**' else a for a in args]
   else:
     root = _partial_root(inner)
     fields = root.target.fields if root.kind == 'class' else []
@@ -957,7 +1131,15 @@ def partial_call(up, original, updated, inner):
       fields = [layers_rule.linen_kwarg(root.target, p)
                 for p in root.target.params]
       args = [_layer_kwarg(a, root.target) for a in args]
-    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in fields + ['name']]
+      args = [a.with_changes(value=_renamed_kwargs(root.target, a.value))
+              if a.star == '**' else a for a in args]
+    elif root.kind == 'class' and (root.target.var_kw or any(
+        a.star == '**' for a in args)):
+      args = _partial_class_kwargs(up, original, root.target, args)
+      if args is None:
+        return updated
+    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in fields + ['name']
+           + [root.target.var_kw] * (root.kind == 'class')]
     if bad:
       up.todo(original, f'.partial binds call parameters {bad}')
       return updated
@@ -968,9 +1150,63 @@ def partial_call(up, original, updated, inner):
                   args=_clean_args([_arg(ctor)] + args))
 
 
+def _partial_class_kwargs(up, original, info, args):
+  """The keywords of ``X.partial(...)`` for a class with a ``**`` catch-all
+  or given a splatted dict: keys that are not parameters go into the
+  catch-all field; a dict is split at run time (rules/splat.py).  None
+  after a TODO."""
+  splats = [a for a in args if a.star == '**']
+  extra = [(a.keyword.value, a.value) for a in args if a.keyword is not None
+           and a.keyword.value not in info.params + ['name']]
+  if not splats and not (extra and info.var_kw):
+    return args
+  out = [a for a in args if not a.star and (
+      a.keyword is None or a.keyword.value in info.params + ['name'])]
+  if len(splats) > 1:
+    up.todo(original, 'several dicts splatted into one .partial: split them '
+            'by hand')
+    return None
+  if not splats:
+    items = ', '.join(f'{k!r}: {up.ctx.code_of(v)}' for k, v in extra)
+    return out + [_arg(_expr('{' + items + '}'), info.var_kw)]
+  if not info.var_kw and len(info.call) <= 1:
+    return args  # its keys can only be fields (or a TypeError, as legacy)
+  if not info.var_kw:
+    up.todo(original, 'a dict splatted into .partial of a module with call '
+            'parameters: its keys are not known here')
+    return None
+  if len(info.call) > 1:
+    up.todo(original, 'a dict splatted into .partial of a module with call '
+            'parameters and a ** catch-all: its keys are not known here')
+    return None
+  split, why = splat.runtime_split(up, info, splats[0].value, extra,
+                                   up.ctx.code_of)
+  if split is None:
+    up.todo(original, why)
+    return None
+  up.rewrote(original, 'splat', f'**dict into {info.name}.partial: split '
+             'into fields / catch-all at run time')
+  return out + [cst.Arg(value=split[0], star='**')]
+
+
 def module_level_partial_visit(up, node):
-  """Marks ``X.partial`` callees a rule will consume (for the leftovers)."""
+  """Marks ``X.partial`` callees a rule will consume (for the leftovers);
+  legacy layers passed to a wrapper that drives them (rules/drivers.py)."""
   f = node.func
+  target, helper_facts = up.ctx.codebase.partial_helper(up.ctx.facts, f)
+  if target is not None:
+    info = aliases_rule.root_info(up.ctx.codebase, helper_facts,
+                                  target.split('.')[-1])
+    name = f.value if isinstance(f, cst.Name) else f.attr.value
+    if info is not None:
+      drivers.layer_values(up, node, info,
+                           helper_facts.partial_helper_binds.get(name, {}))
+  elif isinstance(f, cst.Attribute) and f.attr.value == 'partial':
+    info = aliases_rule.root_info(up.ctx.codebase, up.ctx.facts,
+                                  facts_lib.dotted(f.value) and facts_lib.dotted(
+                                      f.value).split('.')[-1])
+    if info is not None:
+      drivers.layer_values(up, node, info)
   if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
     if Resolver(up, {})(f.value) is not None:
       up._handled.add(id(f.value))  # pylint: disable=protected-access
@@ -1016,8 +1252,18 @@ def _body_of(up, info, fn, methods_plan=None):
     self_param = cst.Param(name=cst.Name('self'))
   call_params = [p for p in plist + list(ps.kwonly_params)
                  if p.name.value in info.call]
-  new_params = cst.Parameters(params=[self_param] + [
-      p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in call_params])
+  if isinstance(ps.star_arg, cst.Param):
+    # legacy *args: inputs of __call__ too; keyword-only stay so
+    kwonly = [p for p in call_params if p in ps.kwonly_params]
+    new_params = cst.Parameters(
+        params=[self_param] + [p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                               for p in call_params if p not in kwonly],
+        star_arg=ps.star_arg.with_changes(comma=cst.MaybeSentinel.DEFAULT),
+        kwonly_params=[p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                       for p in kwonly])
+  else:
+    new_params = cst.Parameters(params=[self_param] + [
+        p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in call_params])
   prologue = []
   for f in rw.assigned_fields:
     prologue.append(cst.parse_statement(f'{f} = self.{f}\n'))
@@ -1075,9 +1321,6 @@ def _fields(up, info):
 
 def convert_class(up, node, info, plain=False):
   """A legacy Module class -> a linen dataclass module."""
-  if info.var_pos:
-    up.todo(node, f'{info.name}.apply takes *{info.var_pos}')
-    return node
   if info.base != 'Module' and not plain:
     from flaxlegacy.upgrade.rules import subclasses  # pylint: disable=g-import-not-at-top
     return subclasses.convert(
@@ -1159,9 +1402,6 @@ def convert_class(up, node, info, plain=False):
 
 def convert_function(up, node, info):
   """An ``@nn.module`` function -> a linen dataclass module class."""
-  if info.var_pos:
-    up.todo(node, f'{info.name} takes *{info.var_pos}')
-    return node
   fields, bad = _fields(up, info)
   if fields is None:
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')

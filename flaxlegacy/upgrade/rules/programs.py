@@ -59,6 +59,7 @@ import libcst as cst
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade.rules import aliases
+from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules import optimizer_defs
 from flaxlegacy.upgrade.rules.modules import _arg  # pylint: disable=g-importing-member
 
@@ -481,6 +482,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     self.nn_file = bool(ctx.facts.nn_prefixes)
     self.per_step_lr = _codebase_per_step_lr(ctx.codebase)
     self.scope = Scope()
+    self._quals = []  # enclosing class / function names (flow.py scopes)
     self.imports = set()  # statements to add
     self._multi_src = {}  # id(optim.MultiOptimizer call) -> optax source
     self.rewrites = []
@@ -505,7 +507,21 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     """A user legacy module class or module alias (not a legacy layer)."""
     if facts_lib.legacy_attr(expr, self.f.nn_prefixes) is not None:
       return False
-    return aliases.is_module_name(self.codebase, _class_name(expr))
+    if aliases.is_module_name(self.codebase, _class_name(expr)):
+      return True
+    # self.network, KNOWN_MODELS[name]: every value it holds is one
+    return self._flow_info(expr) is not None
+
+  def _qual(self):
+    return '.'.join(self._quals)
+
+  def _flow_info(self, expr):
+    """The module class every value of ``expr`` is (flow.py), or None."""
+    if (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
+        and expr.func.attr.value == 'partial'):
+      expr = expr.func.value
+    return objects.module_info(self.codebase, self.f.path, self._qual(),
+                               expr)
 
   def _known_module(self, expr):
     """A legacy module class, ``M.partial(...)`` of one, or a name bound
@@ -541,7 +557,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if isinstance(expr, cst.Attribute):
       if expr.attr.value == 'target' and self.kind_of(expr.value) == OPT:
         return MODEL
-      if expr.attr.value == 'optimizer':
+      kind, why, unknown = objects.attr_kind(
+          self.codebase, self.f.path, self._qual(), expr, self.model_class)
+      if kind == 'optimizer' and (not unknown
+                                  or expr.attr.value == 'optimizer'):
+        return OPT
+      if why:
+        return None
+      if expr.attr.value == 'optimizer' and why is None:
         return OPT
     if isinstance(expr, cst.Call):
       fn = expr.func
@@ -564,6 +587,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
   def module_ctor(self, cls_expr):
     """Source of a linen module instance for a legacy class expression."""
     code = self.ctx.code_of(cls_expr)
+    if (isinstance(cls_expr, cst.Call)
+        and facts_lib.dotted(cls_expr.func) == 'functools.partial'
+        and cls_expr.args and not cls_expr.args[0].keyword
+        and not cls_expr.args[0].star):
+      # models.M.partial(...), already rewritten by leave_Call
+      inner = self.ctx.code_of(cls_expr.args[0].value)
+      args = ', '.join(self._argsrc(a) for a in cls_expr.args[1:])
+      return f'{inner}({args})'
     if (isinstance(cls_expr, cst.Call) and isinstance(cls_expr.func,
                                                         cst.Attribute)
         and cls_expr.func.attr.value == 'partial'):
@@ -606,6 +637,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
 
   # -- scopes --
   def visit_ClassDef(self, node):
+    self._quals.append(node.name.value)
     # legacy module bodies are the module rules' (rules/modules.py); a
     # user-written optimizer definition becomes a function returning an
     # optax transformation (rules/optimizer_defs.py), or stays with a TODO
@@ -618,6 +650,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return node.name.value not in self.f.modules
 
   def leave_ClassDef(self, original_node, updated_node):
+    self._quals.pop()
     plan = (self._plan(self.f, original_node.name.value)
             if original_node.name.value in self.f.user_optdefs else None)
     if not isinstance(plan, optimizer_defs.Plan):
@@ -697,6 +730,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return plan if isinstance(plan, optimizer_defs.Plan) else None
 
   def visit_FunctionDef(self, node):
+    self._quals.append(node.name.value)
     if node.name.value in self.f.modules:
       return False
     self.scope = Scope(self.scope)
@@ -705,6 +739,32 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     opt_in_scope = self.scope.any_optimizer()
     for i, p in enumerate(plist):
       n = p.name.value
+      # what the codebase passes it (flow.py): an optimizer whatever its
+      # name; one in some runs and something else in others: a TODO
+      kind, why, unknown = objects.param_kind(
+          self.codebase, self.f.path, self._qual(), n, self.model_class)
+      if why:
+        self.todo(node, f'parameter {n!r}: {why}; the upgrade rewrites '
+                  'a legacy object only where every value agrees: port this '
+                  'function by hand')
+        self.scope.kinds[n] = None  # not by its name either
+        continue
+      if kind == 'optimizer' and (not unknown or n in OPT_PARAM_NAMES):
+        self.scope.kinds[n] = OPT
+        continue
+      if kind == 'optimizer':
+        # an optimizer from the codebase's calls, something unknown from
+        # others: neither rewritten as a TrainState nor left silently
+        self.todo(node, f'parameter {n!r}: it holds a legacy optimizer in '
+                  'the calls the codebase makes, and values the upgrade '
+                  'cannot see in others; port this function by hand')
+        self.scope.kinds[n] = None
+        continue
+      src = self.f.loss_fns.get(node.name.value)
+      if (src is not None and i == 0 and src.isidentifier()
+          and self.scope.parent.kind(src) != OPT):
+        self.scope.kinds[n] = None  # not a model by its name either
+        continue  # the optimizer it is differentiated at stays legacy
       if n in OPT_PARAM_NAMES:
         self.scope.kinds[n] = OPT
       elif n in MODEL_PARAM_NAMES or (node.name.value in self.f.loss_fns
@@ -717,6 +777,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return True
 
   def leave_FunctionDef(self, original_node, updated_node):
+    self._quals.pop()
     if original_node.name.value in self.f.modules:
       return updated_node
     self.scope = self.scope.parent
@@ -933,11 +994,19 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       inputs = ', '.join(f'jnp.ones({s}, {d})' for s, d in specs)
       rest = [a for a in args[2:]]
     else:
-      inputs = ', '.join(self.ctx.code_of(a.value) for a in args[1:]
+      if any(a.star == '**' for a in args):
+        # a splatted dict holds fields and __call__ arguments: which, only
+        # its keys at run time can tell
+        self.todo(call, f'{attr} with **kwargs: its keys may be fields '
+                  '(constructor) or __call__ arguments; port by hand')
+        return None
+      inputs = ', '.join(self._argsrc(a) for a in args[1:]
                          if a.keyword is None)
       rest = [a for a in args[1:] if a.keyword is not None]
     info = aliases.root_info(self.codebase, None,
                              _class_name(call.func.value))
+    if info is None:
+      info = self._flow_info(call.func.value)
     if info is None and isinstance(call.func.value, cst.Name):
       info = self.codebase.modules.get(self.model_class or '')
     if info is None and any(a.keyword is not None for a in rest):
@@ -1041,6 +1110,17 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if isinstance(f, cst.Name) and self.scope.kind(f.value) == MODEL:
       model = f.value
       apply = self.apply_fn_for(model)
+      if apply is not None and apply == f'{self._model_class_expr()}().apply':
+        # the codebase's one model class, by convention: not if the model
+        # the codebase passes here is of another class (flow.py)
+        why = objects.model_call_conflict(self.codebase, self.f.path,
+                                          self._qual(), model,
+                                          self.model_class)
+        if why and id(call) not in self._unknown_calls:
+          self._unknown_calls.add(id(call))
+          self.todo(call, f'model call: {why}; apply it with its module '
+                    'by hand')
+          return None
     elif isinstance(f, cst.Attribute) and f.attr.value == 'target' and (
         self.kind_of(f.value) == OPT):
       model = self.ctx.code_of(f)
@@ -1190,6 +1270,16 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       name = self.scope.lookup('optdefs', f.value.value)
       return self._create(original_node, None, name,
                           tx=f.value.value) or updated_node
+    # optimizer_def.create(target), every value of optimizer_def a legacy
+    # definition, which this pass makes an optax transformation (flow.py)
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
+        isinstance(f.value, (cst.Name, cst.Attribute))) and len(
+            original_node.args) == 1:
+      names = objects.optdef_names(self.codebase, self.f.path, self._qual(),
+                                   f.value)
+      if names and names <= TX_RULES:
+        return self._create(original_node, None, 'Optimizer',
+                            tx=self.ctx.code_of(f.value)) or updated_node
     # make_optimizer_def(...).create(model): a definition from a function
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and len(
         original_node.args) == 1 and self.kind_of(
@@ -1274,11 +1364,29 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         isinstance(f, cst.Attribute) and f.attr.value == 'assertIsInstance'):
       if len(original_node.args) == 2 and self.is_nn(
           original_node.args[1].value, 'Model'):
+        kept = objects.kept_models(self.codebase, self.f.path, self._qual(),
+                                   original_node.args[0].value,
+                                   self.model_class)
+        if kept:
+          self.todo(original_node, 'isinstance(..., nn.Model): the model '
+                    'tested here stays an nn.Model (it goes where its module '
+                    'is not known): port by hand')
+          return updated_node
         args = list(updated_node.args)
         args[1] = args[1].with_changes(value=cst.Name('dict'))
         return updated_node.with_changes(args=args)
     # nn.Model(M, params) -> params
     if self.is_nn(f, 'Model') and len(original_node.args) == 2:
+      reach = objects.model_reach(self.codebase, self.f.path, original_node,
+                                  self.model_class)
+      if reach and self._known_module(original_node.args[0].value):
+        # the model goes where its calls could not become M().apply: both
+        # places keep the legacy code, with a TODO (uses: rules/modules)
+        self.todo(original_node, 'nn.Model(M, params): this model reaches '
+                  f'{"; ".join(reach)}, where its module is not known; '
+                  'the upgrade rewrites it only where every place agrees: '
+                  'pass the module and its params there by hand')
+        return updated_node
       if not self._known_module(original_node.args[0].value):
         # params alone would lose M: the model's calls elsewhere (a
         # parameter, an attribute ...) would call a dict
@@ -1301,6 +1409,13 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
 
   def _create(self, node, opt_call, name, tx=None):
     if not node.args:
+      return None
+    why = objects.optimizer_kept(self.codebase,
+                                 ('o', self.f.path, id(node)),
+                                 self.model_class)
+    if why:
+      self.todo(node, f'optimizer: {why}; the upgrade keeps it legacy, and '
+                'every place it reaches')
       return None
     target = node.args[0].value
     target_src = self.ctx.code_of(target)

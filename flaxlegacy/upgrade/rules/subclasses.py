@@ -17,28 +17,50 @@ rewrite does with a class whose base is not ``nn.Module``:
   ``apply``**: legacy runs only the subclass's ``apply``, so it is converted
   as a plain ``nn.Module`` (its legacy auto-name is its own class name
   either way).
+* **Nothing but a ``param`` override, base a legacy layer whose linen
+  counterpart creates its parameters through ``self.param``** (Dense,
+  DenseGeneral, Conv, ConvTranspose, LayerNorm, GroupNorm; weight-
+  standardized convolutions: ``class StdConv(nn.Conv)`` with ``def
+  param(self, name, shape, initializer)`` returning a standardized
+  kernel): a subclass of the linen layer whose ``param`` override takes
+  linen's order, ``param(self, name, initializer, shape, *init_args,
+  **init_kwargs)``, its ``super().param(name, shape, initializer)`` becoming
+  ``super().param(name, initializer, shape, *init_args, **init_kwargs)``
+  (the body is otherwise unchanged: ``shape`` and ``initializer`` hold what
+  they held).  Its calls are rewritten like calls of the base layer
+  (linen keywords, construct + call), constructing the subclass.  The
+  override must take exactly ``(self, name, shape, initializer)`` and call
+  nothing of ``super()`` but ``param`` with those three arguments.
 * Anything else keeps its code with a TODO that says why: ``super()`` calls
   (the base's legacy ``apply`` has no linen counterpart to call), other
   methods next to ``apply`` (legacy module methods or overrides the base
-  calls), an override of ``param`` (legacy layers call ``self.param(name,
-  shape, init)``, linen layers ``self.param(name, init_fn, *init_args)``:
-  the override does not carry over), a base with more than ``apply``.
+  calls), another override of ``param``, a base with more than ``apply``.
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.rules import layers
 
 # Legacy layers whose classes define nothing but ``apply`` (an ``apply``
 # override replaces all of what they compute).
 APPLY_ONLY_LAYERS = frozenset(('Dense', 'DenseGeneral', 'Conv',
                                'ConvTranspose', 'BatchNorm', 'LayerNorm',
                                'GroupNorm'))
+# Legacy layers whose linen counterparts (rules/layers.py) create every
+# parameter with ``self.param(name, init_fn, shape[, dtype])``, under the
+# legacy names: a ``param`` override carries over.
+PARAM_LAYERS = frozenset(('Dense', 'DenseGeneral', 'Conv', 'ConvTranspose',
+                          'LayerNorm', 'GroupNorm'))
+LEGACY_PARAM_ARGS = ('name', 'shape', 'initializer')
 
 
 def collect_facts(file_facts, module):
-  """Per legacy class: its method names and whether it calls ``super()``."""
+  """Per legacy class: its method names and whether it calls ``super()``;
+  per class with nothing but a ``param`` override: None if it carries over
+  to linen, else why not (``param_overrides``)."""
   shapes = {}
+  overrides = {}
   for stmt in module.body:
     if not isinstance(stmt, cst.ClassDef) or (
         stmt.name.value not in file_facts.modules):
@@ -55,7 +77,178 @@ def collect_facts(file_facts, module):
 
     stmt.visit(V())
     shapes[stmt.name.value] = (methods, bool(found))
+    if methods == ['param']:
+      overrides[stmt.name.value] = _param_override_why(stmt)
   file_facts.class_shapes = shapes
+  file_facts.param_overrides = overrides
+
+
+def _super_param_call(node):
+  """Whether ``node`` is ``super().param(...)`` / ``super(C, self).param``."""
+  f = node.func
+  return (isinstance(f, cst.Attribute) and f.attr.value == 'param'
+          and isinstance(f.value, cst.Call)
+          and isinstance(f.value.func, cst.Name)
+          and f.value.func.value == 'super')
+
+
+def _super_param_args(call, names):
+  """The (name, shape, initializer) argument nodes of a legacy
+  ``super().param(...)`` call, or None."""
+  bound = {}
+  for i, a in enumerate(call.args):
+    if a.star:
+      return None
+    key = a.keyword.value if a.keyword is not None else (
+        LEGACY_PARAM_ARGS[i] if i < 3 else None)
+    if key not in LEGACY_PARAM_ARGS or key in bound:
+      return None
+    bound[key] = a.value
+  if len(bound) != 3:
+    return None
+  return tuple(bound[k] for k in LEGACY_PARAM_ARGS)
+
+
+def _param_fn(cls):
+  for s in cls.body.body:
+    if isinstance(s, cst.FunctionDef) and s.name.value == 'param':
+      return s
+  return None
+
+
+def _param_override_why(cls):
+  """None if ``cls``'s ``param`` override carries over to linen, else why
+  not."""
+  fn = _param_fn(cls)
+  ps = fn.params
+  plain = list(ps.posonly_params) + list(ps.params)
+  if (len(plain) != 4 or ps.kwonly_params or isinstance(ps.star_arg, cst.Param)
+      or ps.star_kwarg is not None or any(p.default is not None
+                                          for p in plain)
+      or fn.decorators):
+    return ('its param override does not take exactly (self, name, shape, '
+            'initializer)')
+  bad = []
+
+  class V(cst.CSTVisitor):
+
+    def visit_Call(self, node):
+      if isinstance(node.func, cst.Name) and node.func.value == 'super':
+        return True
+      if _super_param_call(node):
+        if _super_param_args(node, LEGACY_PARAM_ARGS) is None:
+          bad.append('super().param with other arguments than (name, '
+                     'shape, initializer)')
+      return True
+
+    def visit_Attribute(self, node):
+      if (isinstance(node.value, cst.Call)
+          and isinstance(node.value.func, cst.Name)
+          and node.value.func.value == 'super' and node.attr.value != 'param'):
+        bad.append(f'calls super().{node.attr.value}')
+
+  fn.visit(V())
+  return bad[0] if bad else None
+
+
+def param_layer(codebase, info):
+  """The rules/layers.py Layer a legacy layer subclass whose only method
+  is a ``param`` override that carries over is called as (constructing the
+  subclass itself), or None."""
+  if info is None or info.kind != 'class' or info.base not in PARAM_LAYERS:
+    return None
+  f = codebase.files.get(info.file)
+  overrides = getattr(f, 'param_overrides', {})
+  if info.name not in overrides or overrides[info.name] is not None:
+    return None
+  if info.problems != ['no apply method']:
+    return None
+  base = layers.LAYERS.get(info.base)
+  if base is None:
+    return None
+  return base._replace(legacy=info.name, linen=info.name)
+
+
+def is_user_layer(layer):
+  """A Layer from ``param_layer`` (its constructor is the user's class)."""
+  return layers.LAYERS.get(layer.legacy) is not layer and (
+      layer.legacy == layer.linen)
+
+
+class _SuperParam(cst.CSTTransformer):
+  """``super().param(n, shape, init)`` -> linen's argument order."""
+
+  def __init__(self, star, starstar):
+    self.star, self.starstar = star, starstar
+
+  def leave_Call(self, original_node, updated_node):
+    if not _super_param_call(updated_node):
+      return updated_node
+    name, shape, init = _super_param_args(updated_node, LEGACY_PARAM_ARGS)
+    args = [cst.Arg(name), cst.Arg(init), cst.Arg(shape),
+            cst.Arg(cst.Name(self.star), star='*'),
+            cst.Arg(cst.Name(self.starstar), star='**')]
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(' '))
+    return updated_node.with_changes(args=[
+        a.with_changes(comma=comma) for a in args[:-1]] + [args[-1]])
+
+
+def _fresh(fn, base):
+  used = {n.value for n in _names(fn)}
+  name, i = base, 1
+  while name in used:
+    name, i = f'{base}{i}', i + 1
+  return name
+
+
+def _names(node):
+  out = []
+
+  class V(cst.CSTVisitor):
+
+    def visit_Name(self, n):
+      out.append(n)
+
+  node.visit(V())
+  return out
+
+
+def convert_param_override(up, node, info, layer):
+  """``class StdConv(nn.Conv): def param(self, name, shape, init)`` ->
+  a linen ``nn.Conv`` subclass with ``param(self, name, init, shape, ...)``."""
+  base = layers.LAYERS[info.base]
+  if base.linen in layers.SHIPPED:
+    full = layers.SHIPPED[base.linen]
+    up.ctx.needed_imports.add(full.rsplit('.', 1)[0])
+    base_src = base.linen
+  else:
+    prefix = sorted(up.ctx.facts.nn_prefixes)
+    prefix = (prefix[0] if prefix else 'nn').replace(
+        'flax.deprecated.nn', 'flax.linen').replace('flax.nn', 'flax.linen')
+    base_src = f'{prefix}.{base.linen}'
+  base_expr = _base_expr(node, info)
+  bases = [b.with_changes(value=cst.parse_expression(base_src))
+           if b.value is base_expr else b for b in node.bases]
+  body = []
+  for stmt in node.body.body:
+    if isinstance(stmt, cst.FunctionDef) and stmt.name.value == 'param':
+      fn = stmt
+      ps = list(fn.params.posonly_params) + list(fn.params.params)
+      star, starstar = _fresh(fn, 'init_args'), _fresh(fn, 'init_kwargs')
+      plain = [p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+               for p in (ps[0], ps[1], ps[3], ps[2])]
+      params = cst.Parameters(
+          params=plain, star_arg=cst.Param(cst.Name(star)),
+          star_kwarg=cst.Param(cst.Name(starstar)))
+      fn = fn.with_changes(params=params,
+                           body=fn.body.visit(_SuperParam(star, starstar)))
+      stmt = fn.visit(up)  # the generic rules (removed JAX names ...)
+    body.append(stmt)
+  up.rewrote(node, 'subclass', f'class {info.name}(nn.{info.base}) '
+             'overrides param: a linen subclass of the layer, param in '
+             "linen's argument order")
+  return node.with_changes(bases=bases,
+                           body=node.body.with_changes(body=body))
 
 
 def _shape(codebase, info):
@@ -111,9 +304,15 @@ def convert(up, node, info, convert_plain):
           'inherits': f'{base.file}:{base.name}'})
     return node
   why = None
+  layer_of = param_layer(codebase, info)
+  if layer_of is not None:
+    return convert_param_override(up, node, info, layer_of)
   if 'param' in methods:
-    why = ("overrides param: legacy layers call self.param(name, shape, "
-           'init), linen ones self.param(name, init_fn, *init_args)')
+    why = getattr(codebase.files.get(info.file), 'param_overrides', {}).get(
+        info.name) if info.base in PARAM_LAYERS else None
+    why = 'overrides param: ' + (why or (
+        'legacy layers call self.param(name, shape, init), linen ones '
+        'self.param(name, init_fn, *init_args)'))
   elif uses_super:
     why = 'calls super(): the legacy base apply has no linen counterpart here'
   elif 'apply' not in methods:
