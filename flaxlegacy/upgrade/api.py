@@ -102,7 +102,8 @@ def _analyse(files, names='legacy', observed=None):
   for sf in files:
     if sf.module is not None:
       codebase.add(facts_lib.collect(sf.rel, sf.module,
-                                     statement_texts=sf.statement_texts))
+                                     statement_texts=sf.statement_texts,
+                                     code=sf.code))
   codebase.finish()
   # what each name can hold, across the codebase (flow.py)
   values = flow_lib.Flow(codebase)
@@ -145,7 +146,7 @@ def upgrade_source(code, path='<source>', names='legacy'):
     raise SyntaxError(sf.error)
   codebase = _analyse([sf], names)
   new = transform.upgrade_module(path, sf.module, codebase, sf.report,
-                                 sf.statement_texts)
+                                 sf.statement_texts, sf.code)
   return new, sf.report
 
 
@@ -155,7 +156,7 @@ _FORKED = {}  # what forked workers read (inherited, not pickled)
 def _transform_one(index):
   sf = _FORKED['files'][index]
   code = transform.upgrade_module(sf.rel, sf.module, _FORKED['codebase'],
-                                  sf.report, sf.statement_texts)
+                                  sf.report, sf.statement_texts, sf.code)
   return code, sf.report
 
 
@@ -183,7 +184,8 @@ def _transform_all(files, codebase):
   for i in todo:
     sf = files[i]
     sf.new_code = transform.upgrade_module(sf.rel, sf.module, codebase,
-                                           sf.report, sf.statement_texts)
+                                           sf.report, sf.statement_texts,
+                                           sf.code)
 
 
 def _src_names(srcs):

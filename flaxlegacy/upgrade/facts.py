@@ -31,6 +31,8 @@ from typing import Any, Dict, List, Optional
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from flaxlegacy.upgrade import walk
+
 ARRAY_ATTRS = frozenset(('shape', 'ndim', 'dtype', 'reshape', 'astype', 'T',
                          'size', 'sum', 'mean', 'transpose', 'squeeze'))
 WEAK_ARRAY_ATTRS = frozenset(('size',))
@@ -132,7 +134,7 @@ def legacy_attr(node, prefixes):
   return None
 
 
-class _FileVisitor(cst.CSTVisitor):
+class _FileVisitor(walk.FastVisitor):
   """Collects a FileFacts."""
 
   def __init__(self, facts, code_of):
@@ -420,7 +422,7 @@ def _literal_specs(src):
 def _returns(fn):
   out = []
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Return(self, node):
       if node.value is not None:
@@ -436,7 +438,7 @@ def _returns(fn):
   return out
 
 
-class _UsageVisitor(cst.CSTVisitor):
+class _UsageVisitor(walk.FastVisitor):
   """Which parameters are used as arrays."""
 
   def __init__(self, params):
@@ -629,11 +631,12 @@ def _subclass_of_known(stmt, facts):
       for b in stmt.bases)
 
 
-def collect(path, module, code_of=None, statement_texts=None):
+def collect(path, module, code_of=None, statement_texts=None, code=None):
   """The FileFacts of one parsed file.
 
   ``statement_texts``: the source of each top-level statement; statements
   whose text shows nothing a fact is made of are not walked (speed).
+  ``code``: the source ``module`` was parsed from, if the caller has it.
   """
   code_of = code_of or module.code_for_node
   facts = FileFacts(path=path)
@@ -645,7 +648,7 @@ def collect(path, module, code_of=None, statement_texts=None):
         visitor.text = statement_texts[i]
       stmt.visit(visitor)
   from flaxlegacy.upgrade.rules import aliases, programs, subclasses  # pylint: disable=g-import-not-at-top
-  programs.collect_facts(facts, module, code_of)
+  programs.collect_facts(facts, module, code_of, code)
   aliases.collect_facts(facts, module, code_of)
   subclasses.collect_facts(facts, module)
   return facts

@@ -42,6 +42,7 @@ This module only computes facts; rules read them (``Flow.name_values``,
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import walk
 
 UNKNOWN = ('unknown',)
 # jax transformations of a function, called with its arguments
@@ -106,7 +107,7 @@ class _Scope:
     self.self_name = None  # the method's first parameter
 
 
-class _Collect(cst.CSTVisitor):
+class _Collect(walk.FastVisitor):
   """One file: its scopes, definitions and constraints."""
 
   def __init__(self, flow, rel, file_facts):

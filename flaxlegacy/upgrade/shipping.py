@@ -430,6 +430,12 @@ class _Imports(cst.CSTTransformer):
     self.home = home
     self.module_name = module_name
 
+  def on_visit(self, node):
+    # Imports are the small statements of a line: nothing inside one, or
+    # inside an expression, is rewritten (not walking them is speed).
+    super().on_visit(node)
+    return not isinstance(node, (cst.SimpleStatementLine, cst.BaseExpression))
+
   def _replace(self, stmt):
     if isinstance(stmt, cst.ImportFrom) and not stmt.relative and not (
         isinstance(stmt.names, cst.ImportStar)):

@@ -8,9 +8,9 @@ second run finds the comment and adds nothing).
 import re
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.positions import LazyPositions
 from flaxlegacy.upgrade.rules import imports as imports_rule
 from flaxlegacy.upgrade.rules import jax_names
 from flaxlegacy.upgrade.rules import layers as layers_rule
@@ -430,8 +430,12 @@ def _relevance(file_facts, codebase):
   return re.compile('|'.join(alternatives))
 
 
-def upgrade_module(path, module, codebase, report, statement_texts=None):
+def upgrade_module(path, module, codebase, report, statement_texts=None,
+                   code=None):
   """Rewrites one parsed file; returns the new source.
+
+  ``code``: the source ``module`` was parsed from, if the caller has it
+  (saves generating it again while the module is unchanged).
 
   Only top-level statements whose text matches ``_relevance`` are walked;
   positions (for the report's line numbers) are resolved per walked
@@ -442,12 +446,10 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
   # source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
   if programs.relevant(file_facts):
-    wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-    pctx = Context(file_facts, codebase, report,
-                   wrapper.resolve(PositionProvider),
-                   wrapper.module.code_for_node)
+    pctx = Context(file_facts, codebase, report, LazyPositions(module),
+                   module.code_for_node)
     try:
-      new_module = programs.run(pctx, wrapper.module)
+      new_module = programs.run(pctx, module)
     except Exception as e:  # pylint: disable=broad-except
       # A program-level construct the pass does not know: the module rules
       # still run; the report says what was not rewritten.
@@ -457,11 +459,11 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
                           'program code left as it was'})
       new_module = module
     if not new_module.deep_equals(module):
-      module, statement_texts = new_module, None
+      module, statement_texts, code = new_module, None, None
   from flaxlegacy.upgrade.rules import array_keys  # pylint: disable=g-import-not-at-top
-  new_module = array_keys.run(file_facts, report, module)
+  new_module = array_keys.run(file_facts, report, module, code)
   if new_module is not module:
-    module, statement_texts = new_module, None
+    module, statement_texts, code = new_module, None, None
   ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
   upgrader = Upgrader(ctx)
   if statement_texts is None:
@@ -472,8 +474,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
   changed = False
   for stmt, text in zip(module.body, statement_texts):
     if relevant.search(text):
-      wrapper = MetadataWrapper(cst.Module(body=[stmt]), unsafe_skip_copy=True)
-      ctx.positions = wrapper.resolve(PositionProvider)
+      ctx.positions = LazyPositions(cst.Module(body=[stmt]))
       ctx.line_offset = line - 1
       new = stmt.visit(upgrader)
       changed = changed or new is not stmt
@@ -493,5 +494,6 @@ def upgrade_module(path, module, codebase, report, statement_texts=None):
   # (names of legacy flax.nn are never theirs) and may add lines, which
   # would shift the line numbers the rules above report.
   from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top
-  new = early_linen.run(file_facts, report, new)
-  return new.code
+  code = code if new is module and code is not None else new.code
+  out = early_linen.run(file_facts, report, new, code)
+  return code if out is new else out.code

@@ -28,6 +28,7 @@ example uses both):
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import walk
 
 
 def collect_facts(file_facts, module, code_of):
@@ -44,7 +45,7 @@ def collect_facts(file_facts, module, code_of):
   file_facts.partial_aliases = aliases
   bound = {}
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Call(self, node):
       f = node.func

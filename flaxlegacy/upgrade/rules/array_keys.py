@@ -20,7 +20,9 @@ Loops over ``range``/``enumerate``/``zip``/``.items()``/... are left alone
 import re
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+
+from flaxlegacy.upgrade import positions as positions_lib
+from flaxlegacy.upgrade import walk
 
 HELPER = 'legacy_rng.hashable'
 IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_rng'
@@ -45,7 +47,7 @@ def _self_attr(node):
 def _dict_attrs(cls):
   dicts, others = set(), set()
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Assign(self, node):
       for t in node.targets:
@@ -79,11 +81,10 @@ def _plain_iter(it):
 
 
 class _Rewriter(cst.CSTTransformer):
-  METADATA_DEPENDENCIES = (PositionProvider,)
-
-  def __init__(self, report):
+  def __init__(self, report, positions):
     super().__init__()
     self.report = report
+    self.positions = positions
     self.dicts = []  # stack per class
     self.loop_vars = []  # stack of loop target names
     self.changed = False
@@ -115,7 +116,7 @@ class _Rewriter(cst.CSTTransformer):
             and idx.value.value in self.loop_vars):
       return updated_node
     self.changed = True
-    pos = self.get_metadata(PositionProvider, original_node, None)
+    pos = self.positions.get(original_node)
     self.report.rewritten.append({
         'rule': 'array_keys', 'line': pos.start.line if pos else None,
         'what': f'self.{attr}[{idx.value.value}]: dict key from an iterated '
@@ -126,15 +127,16 @@ class _Rewriter(cst.CSTTransformer):
         updated_node.slice[0].with_changes(slice=new_idx)])
 
 
-def run(file_facts, report, module):
-  """The module with the lookups rewritten (the same object if none)."""
+def run(file_facts, report, module, code=None):
+  """The module with the lookups rewritten (the same object if none);
+  ``code``: the module's source, where the caller has it."""
   if not any(v.split('.')[0] == 'jax' for v in file_facts.imports.values()):
     return module
-  code = module.code
+  code = module.code if code is None else code
   if not _MARK.search(code) or 'for ' not in code:
     return module
-  rw = _Rewriter(report)
-  new = MetadataWrapper(module, unsafe_skip_copy=True).visit(rw)
+  rw = _Rewriter(report, positions_lib.LazyPositions(module))
+  new = module.visit(rw)
   if not rw.changed:
     return module
   if IMPORT not in new.code:

@@ -30,6 +30,7 @@ import dataclasses
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import walk
 
 
 def _kw_only(call):
@@ -74,7 +75,7 @@ def prepare_class(up, node):
 def _self_calls(fn):
   names = set()
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Call(self, node):
       f = node.func
@@ -133,7 +134,7 @@ def _assigned_shared(fn):
   the classes it returns, in order (``return a, b``)."""
   found, returns = {}, []
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Assign(self, node):
       if len(node.targets) == 1 and isinstance(node.targets[0].target,
@@ -164,7 +165,7 @@ def shared_calls(class_node, apply, params):
              if isinstance(s, cst.FunctionDef)}
   local, _ = _assigned_shared(apply)
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Assign(self, node):
       t = node.targets[0].target if len(node.targets) == 1 else None
@@ -188,7 +189,7 @@ def shared_calls(class_node, apply, params):
   apply.visit(V())
   calls, kws = [], []
 
-  class C(cst.CSTVisitor):
+  class C(walk.FastVisitor):
 
     def visit_Call(self, node):
       if not (isinstance(node.func, cst.Name) and node.func.value in local):

@@ -34,6 +34,8 @@ import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import walk
+
 _KEPT_DYNAMIC = ('the number of submodules depends on a loop or a condition '
                  '(the legacy_autoname counter)')
 _KEPT_NESTED = ('auto-named submodules are made inside the arguments of '
@@ -83,7 +85,7 @@ def _regex(node):
   return ''.join(out)
 
 
-class _Scan(cst.CSTVisitor):
+class _Scan(walk.FastVisitor):
   """Names written in a body: children (``name=``) and variables."""
 
   def __init__(self, rw):

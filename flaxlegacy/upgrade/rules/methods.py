@@ -40,6 +40,7 @@ from typing import Dict, List, Optional
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import walk
 
 
 # -- facts ------------------------------------------------------------------
@@ -58,7 +59,7 @@ class Method:
   required: tuple = ()  # parameters without a default
 
 
-class _SelfCalls(cst.CSTVisitor):
+class _SelfCalls(walk.FastVisitor):
   """``self.m(...)`` calls of known methods, with our parameters as args."""
 
   def __init__(self, methods, params):
@@ -93,7 +94,7 @@ class _SelfCalls(cst.CSTVisitor):
 ARRAY_LIBS = ('jnp', 'jax', 'lax', 'np', 'numpy')
 
 
-class _ArrayArgs(cst.CSTVisitor):
+class _ArrayArgs(walk.FastVisitor):
   """Parameters passed positionally (alone, or in a tuple / list) to a
   ``jnp`` / ``jax`` / ``lax`` / ``np`` function: ``jnp.take(x, idx)``,
   ``jnp.concatenate((a, b))``.  Used for helper methods only."""
@@ -217,7 +218,7 @@ def _self_attr(node):
   return None
 
 
-class _Scan(cst.CSTVisitor):
+class _Scan(walk.FastVisitor):
   """``self.X = ...`` statements, ``self.X`` reads, helper references."""
 
   def __init__(self, helpers):
@@ -426,7 +427,7 @@ def _inlining_plan(modules, resolver, local_vars, helpers):
 def _makes_modules_for_later(fn):
   found = []
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Attribute(self, node):
       if node.attr.value in ('shared', 'partial'):

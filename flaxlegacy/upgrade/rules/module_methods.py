@@ -33,6 +33,7 @@ import keyword
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import helpers
 from flaxlegacy.upgrade.rules import methods as methods_rule
 
@@ -48,7 +49,7 @@ def find(up, node):
   return out
 
 
-class _Bound(cst.CSTVisitor):
+class _Bound(walk.FastVisitor):
   """Names a function binds (parameters, assignment targets, loops ...)."""
 
   def __init__(self):
@@ -83,7 +84,7 @@ class _Bound(cst.CSTVisitor):
     self._target(node.target)
 
 
-class _Loads(cst.CSTVisitor):
+class _Loads(walk.FastVisitor):
   """Names read in an expression (not attribute names, not keywords)."""
 
   def __init__(self):
@@ -108,7 +109,7 @@ def _name_kw(call):
   return None
 
 
-class _Sites(cst.CSTVisitor):
+class _Sites(walk.FastVisitor):
   """Submodule constructions (``Ctor(..., name=...)``) in one function."""
 
   def __init__(self, is_ctor):

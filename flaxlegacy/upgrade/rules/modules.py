@@ -28,6 +28,7 @@ import libcst as cst
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
@@ -252,7 +253,7 @@ def _partial_root(ref):
   return ref
 
 
-class _LocalScan(cst.CSTVisitor):
+class _LocalScan(walk.FastVisitor):
   """Local variables bound to module references (one body)."""
 
   def __init__(self, resolver):
@@ -309,7 +310,7 @@ class _Dynamic(Exception):
   pass
 
 
-class _NamePlan(cst.CSTVisitor):
+class _NamePlan(walk.FastVisitor):
   """Auto-named submodule calls in legacy evaluation order.
 
   ``events``: (node id, type name) in the order legacy consumes its counter
@@ -483,7 +484,7 @@ def _literal_trips(node):
 def _has_break(node):
   found = []
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Break(self, n):
       found.append(n)

@@ -21,8 +21,10 @@ module of its own, on an instance linen uses the same parameters.
 
 import libcst as cst
 
+from flaxlegacy.upgrade import walk
 
-class _Scan(cst.CSTVisitor):
+
+class _Scan(walk.FastVisitor):
   """Assignments, calls and other uses of the local names of one body."""
 
   def __init__(self, resolver):

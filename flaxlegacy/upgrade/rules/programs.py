@@ -58,6 +58,7 @@ import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import aliases
 from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules import optimizer_defs
@@ -141,7 +142,7 @@ def _clean(args):
 # --- facts ---------------------------------------------------------------------
 
 
-class _Scan(cst.CSTVisitor):
+class _Scan(walk.FastVisitor):
   """Per-file program facts (stored on the FileFacts)."""
 
   def __init__(self, f, code_of):
@@ -366,10 +367,11 @@ def _top_names(module):
   return names
 
 
-def collect_facts(file_facts, module, code_of):
+def collect_facts(file_facts, module, code_of, code=None):
   file_facts.top_names = _top_names(module)
   module.visit(_Scan(file_facts, code_of))
-  file_facts.program_words = bool(PROGRAM_WORDS.search(module.code))
+  file_facts.program_words = bool(PROGRAM_WORDS.search(
+      module.code if code is None else code))
 
 
 def relevant(file_facts):
@@ -1692,7 +1694,7 @@ def _drop_optim_import(module, optim_locals):
   """Removes ``from flax import optim`` when nothing uses ``optim`` any more."""
   used = set()
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Import(self, node):
       return False
@@ -1767,7 +1769,7 @@ def _drop_unused_optim_names(module, f):
     return module, set()
   used = set()
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Import(self, node):
       return False

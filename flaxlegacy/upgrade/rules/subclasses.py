@@ -40,6 +40,7 @@ rewrite does with a class whose base is not ``nn.Module``:
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import layers
 
 # Legacy layers whose classes define nothing but ``apply`` (an ``apply``
@@ -69,7 +70,7 @@ def collect_facts(file_facts, module):
                if isinstance(s, cst.FunctionDef)]
     found = []
 
-    class V(cst.CSTVisitor):
+    class V(walk.FastVisitor):
 
       def visit_Call(self, node):
         if isinstance(node.func, cst.Name) and node.func.value == 'super':
@@ -130,7 +131,7 @@ def _param_override_why(cls):
             'initializer)')
   bad = []
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Call(self, node):
       if isinstance(node.func, cst.Name) and node.func.value == 'super':
@@ -204,7 +205,7 @@ def _fresh(fn, base):
 def _names(node):
   out = []
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Name(self, n):
       out.append(n)

@@ -24,10 +24,10 @@ Left with a TODO: other JaxTestCase-only methods (``self.rng()``,
 """
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import jax_names
 
 MODULE = 'jax.test_util'
@@ -183,7 +183,7 @@ class _Pass(transform.TodoComments, cst.CSTTransformer):
     return updated_node
 
 
-class _Uses(cst.CSTVisitor):
+class _Uses(walk.FastVisitor):
   """Names used outside import statements."""
 
   def __init__(self):
@@ -263,9 +263,8 @@ def run(ctx, module):
   mods, cases = _local_names(ctx.facts.imports)
   if not mods and not cases:
     return module
-  wrapper = MetadataWrapper(module, unsafe_skip_copy=True)
-  pas = _Pass(ctx, mods, cases, wrapper.resolve(PositionProvider))
-  new = wrapper.module.visit(pas)
+  pas = _Pass(ctx, mods, cases, transform.LazyPositions(module))
+  new = module.visit(pas)
   if pas.used_helper and _defines(new, HELPER):
     pas.ctx.report.left.append({'line': None, 'why': f'{HELPER} is already '
                                 'defined in this file: check it is the '

@@ -56,7 +56,7 @@ _FLAX_TODAY = ('flax.linen', 'flax.core', 'flax.training', 'flax.struct',
                'flax.serialization', 'flax.jax_utils')
 
 
-def run(file_facts, report, module):
+def run(file_facts, report, module, code=None):
   """The module with early-linen code rewritten (the same object if none).
 
   Runs after the legacy rules, with the imports as written, and only on
@@ -70,7 +70,7 @@ def run(file_facts, report, module):
       return module
     # a JAX module: its initializers for linen layers, removed JAX modules
     rules = (initializers, removed_modules)
-  code = module.code
+  code = module.code if code is None else code  # (``code``: the module's)
   needed = set()
   rewrote = len(report.rewritten)
   for rule in rules:

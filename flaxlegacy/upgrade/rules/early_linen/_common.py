@@ -3,7 +3,6 @@
 import types
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
@@ -76,7 +75,6 @@ class Rule(transform.TodoComments, cst.CSTTransformer):
   """A rule's transformer: ``rewrote`` and ``todo`` report with line numbers
   (of the module it is given), TODOs as the other rules write them."""
 
-  METADATA_DEPENDENCIES = (PositionProvider,)
   NAME = ''
 
   def __init__(self, names, report, needed):
@@ -86,13 +84,14 @@ class Rule(transform.TodoComments, cst.CSTTransformer):
     self.changed = False
     self.ctx = types.SimpleNamespace(report=report)
     self._todos = []  # one list per open statement (TodoComments)
+    self.positions = None  # of the module walked (apply)
 
   @property
   def report(self):
     return self.ctx.report
 
   def line(self, node):
-    pos = self.get_metadata(PositionProvider, node, None)
+    pos = self.positions.get(node)
     return pos.start.line if pos is not None else None
 
   _line_of = line  # (TodoComments)
@@ -123,7 +122,11 @@ def has_todo(stmt):
 
 
 def apply(rule, module):
-  new = MetadataWrapper(module, unsafe_skip_copy=True).visit(rule)
+  prepare = getattr(rule, 'prepare', None)
+  if prepare is not None and not prepare(module):
+    return module  # its facts say the walk would change nothing
+  rule.positions = transform.LazyPositions(module)
+  new = module.visit(rule)
   return new if rule.changed else module
 
 

@@ -11,6 +11,7 @@ in ``setup``), passes the third as ``mask=`` and the fourth as
 
 import libcst as cst
 
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules.early_linen import _common
 
 MHA = 'MultiHeadDotProductAttention'
@@ -38,7 +39,7 @@ class Rule(_common.Rule):
     attrs = set()
     rule = self
 
-    class V(cst.CSTVisitor):
+    class V(walk.FastVisitor):
 
       def visit_Assign(self, a):
         if (isinstance(a.value, cst.Call) and

@@ -25,6 +25,7 @@
 
 import libcst as cst
 
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules.early_linen import _common
 
 FEATURELESS = ('LSTMCell', 'GRUCell', 'OptimizedLSTMCell')
@@ -195,7 +196,7 @@ def _pure(node):
   """No calls inside (``x.shape[1:3] + (2,)``): safe to write twice."""
   calls = []
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Call(self, call):
       calls.append(call)

@@ -24,6 +24,7 @@ not visible here); the run-time restoration serves it in legacy processes.
 
 import libcst as cst
 
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules.early_linen import _common
 
 SHIPPED = 'flaxlegacy.migrate.upgraded_layers.legacy_initializer'
@@ -53,7 +54,7 @@ def _uses_name(fn, name):
   """Whether the body refers to ``name`` (not ``x.name``, not ``name=``)."""
   found = []
 
-  class V(cst.CSTVisitor):
+  class V(walk.FastVisitor):
 
     def visit_Attribute(self, node):
       node.value.visit(self)
@@ -89,11 +90,13 @@ class Rule(_common.Rule):
             any(a.keyword is not None and a.keyword.value == 'dtype'
                 for a in node.args))
 
-  def visit_Module(self, node):
-    # first the facts: definitions, partials, and which defs are used
+  def prepare(self, module):
+    """The facts (definitions, partials, which defs are used), in one walk;
+    whether the rewrite can change anything (else ``apply`` skips it)."""
     rule = self
+    calls = []
 
-    class Facts(cst.CSTVisitor):
+    class Facts(walk.FastVisitor):
 
       def visit_FunctionDef(self, fn):
         if _two_parameters(fn):
@@ -107,13 +110,25 @@ class Rule(_common.Rule):
             if isinstance(t.target, cst.Name):
               rule.partials.add(t.target.value)
 
-    node.visit(Facts())
-    for call in _layer_calls(node, self.names):
+      def visit_Call(self, node):  # the linen layer calls
+        layer = rule.names.linen(node.func)
+        if layer is not None and layer[:1].isupper():
+          calls.append(node)
+
+    module.visit(Facts())
+    may_change = bool(self.signed)
+    for call in calls:
       for a in call.args:
         if (a.keyword is not None and a.keyword.value.endswith('_init') and
             isinstance(a.value, cst.Name) and a.value.value in self.defs):
           self.used.add(a.value.value)
-    return True
+          may_change = True
+        if (a.keyword is not None and a.keyword.value.endswith('_init') and
+            (self._partial_with_dtype(a.value) or (
+                isinstance(a.value, cst.Name) and
+                a.value.value in self.partials))):
+          may_change = True  # (leave_Call)
+    return may_change
 
   def leave_FunctionDef(self, original_node, updated_node):
     name = original_node.name.value
@@ -159,17 +174,3 @@ class Rule(_common.Rule):
         changed = True
       args.append(new)
     return updated_node.with_changes(args=args) if changed else updated_node
-
-
-def _layer_calls(module, names):
-  calls = []
-
-  class V(cst.CSTVisitor):
-
-    def visit_Call(self, node):
-      layer = names.linen(node.func)
-      if layer is not None and layer[:1].isupper():
-        calls.append(node)
-
-  module.visit(V())
-  return calls

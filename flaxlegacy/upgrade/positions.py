@@ -1,0 +1,113 @@
+"""Start lines of a libcst tree's nodes, for the report's line numbers.
+
+libcst's ``PositionProvider`` records a start and an end (line and
+column, two objects each) for every node, through a generator context
+manager per syntactic node: about ten times a plain codegen.  The rules
+only ever read ``pos.start.line``, so this codegen state keeps just that
+number, by the same rules as ``PositionProvider`` (a node's syntactic
+start where its codegen records one, hoisted from ``start_node`` where
+given; else where its whitespace starts).  ``LazyPositions`` works the
+map out at the first look-up: most walks report nothing.
+tests/test_upgrade_positions.py checks it against ``PositionProvider``.
+"""
+
+import re
+
+from libcst._nodes.internal import CodegenState  # pylint: disable=protected-access
+
+_NEWLINE = re.compile(r'\r\n?|\n')
+
+
+class _Syntactic:
+  """``record_syntactic_position`` without a generator."""
+
+  __slots__ = ('state', 'node', 'start_node', 'line')
+
+  def __init__(self, state, node, start_node):
+    self.state = state
+    self.node = node
+    self.start_node = start_node
+    self.line = state.line
+
+  def __enter__(self):
+    return None
+
+  def __exit__(self, *exc):
+    lines = self.state.lines
+    lines[self.node] = (lines[self.start_node] if self.start_node is not None
+                        else self.line)
+    return False
+
+
+class _LineState(CodegenState):
+  """A codegen state that counts lines and records each node's start."""
+
+  def __init__(self, default_indent, default_newline):
+    super().__init__(default_indent=default_indent,
+                     default_newline=default_newline)
+    self.line = 1
+    self.lines = {}
+    self._stack = []
+
+  def _count(self, value):
+    if '\r' in value:
+      self.line += len(_NEWLINE.findall(value))
+    else:
+      self.line += value.count('\n')
+
+  def add_indent_tokens(self):
+    self.tokens.extend(self.indent_tokens)
+    for token in self.indent_tokens:
+      self._count(token)
+
+  def add_token(self, value):
+    self.tokens.append(value)
+    self._count(value)
+
+  def before_codegen(self, node):
+    self._stack.append(self.line)
+
+  def after_codegen(self, node):
+    start = self._stack.pop()
+    if node not in self.lines:
+      self.lines[node] = start
+
+  def record_syntactic_position(self, node, *, start_node=None,
+                                end_node=None):  # pylint: disable=unused-argument
+    return _Syntactic(self, node, start_node)
+
+
+def start_lines(module):
+  """{node: its start line (1-based)} for every node of ``module``."""
+  state = _LineState(module.default_indent, module.default_newline)
+  module._codegen(state)  # pylint: disable=protected-access
+  return state.lines
+
+
+class _Pos:
+  """What rules read of a position: ``pos.start.line``."""
+
+  __slots__ = ('line',)
+
+  def __init__(self, line):
+    self.line = line
+
+  @property
+  def start(self):
+    return self
+
+
+class LazyPositions:
+  """``.get(node)`` -> a position with ``.start.line`` (or None), as
+  ``PositionProvider``'s map of ``module`` has, worked out at the first
+  look-up."""
+
+  def __init__(self, module):
+    self._module = module
+    self._lines = None
+
+  def get(self, node, default=None):
+    if self._lines is None:
+      self._lines = start_lines(self._module)
+    line = self._lines.get(node)
+    return default if line is None else _Pos(line)
