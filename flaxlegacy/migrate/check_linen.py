@@ -34,7 +34,7 @@ PATTERNS = {
     'initializer stating its dtype': (
         'initializers', 'give the layer the same param_dtype= (today\'s '
         'layers pass their param_dtype, float32 by default, over the '
-        'initializer\'s)'),
+        'initializer\'s; flaxlegacy upgrade wraps the initializer)'),
     'initialize_carry(rng, batch_dims, size)': (
         'carries', 'Cell(features=size).initialize_carry(rng, batch_dims + '
         '(in_features,)) (flaxlegacy upgrade rewrites it)'),
