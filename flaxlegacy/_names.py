@@ -492,7 +492,10 @@ BEHAVIOURS = (
               'linen layers call an initializer as init(key, shape), '
               'without param_dtype, when it cannot take a dtype '
               '(def cplx_init(rng, shape)) or a functools.partial binds '
-              'dtype= (today TypeError)'),
+              'dtype= (today TypeError), or when it states a dtype of its '
+              'own (lecun_normal(dtype=jnp.float64)) and the layer\'s '
+              'param_dtype is left at its default (today float32 '
+              'parameters)'),
     Behaviour('param_override', 'FLAXLEGACY_PARAM_OVERRIDE', 'flax 0.4.0',
               'a Module subclass overriding param(self, name, init_fn, '
               'shape) is called without the param_dtype argument '

@@ -10,6 +10,39 @@ from tests import standalone_env
 
 collect_ignore = ['conformance.py']
 
+_SLOW_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                          'slow_tests.txt')
+
+
+def _slow_ids():
+  with open(_SLOW_LIST) as f:
+    lines = (line.split('#', 1)[0].strip() for line in f)
+    return [line for line in lines if line]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+  """Marks the tests listed in tests/slow_tests.txt as slow (before ``-m``
+  deselects); a listed test whose file is collected but whose function does
+  not exist there is an error, so the list cannot go stale."""
+  del config
+  wanted = _slow_ids()
+  modules = {}
+  for item in items:
+    nodeid = item.nodeid
+    base = nodeid.split('[', 1)[0]
+    if nodeid in wanted or base in wanted:
+      item.add_marker(pytest.mark.slow)
+    module = getattr(item, 'module', None)
+    if module is not None:
+      modules.setdefault(nodeid.split('::', 1)[0], module)
+  for entry in wanted:
+    path, _, name = entry.partition('::')
+    module = modules.get(path)
+    if module is not None and not hasattr(module, name.split('[', 1)[0]):
+      raise pytest.UsageError(
+          f'tests/slow_tests.txt lists {entry}, which {path} does not define')
+
 
 @pytest.fixture(scope='session')
 def shared():

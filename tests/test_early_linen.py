@@ -66,6 +66,22 @@ def partial_with_dtype():
                                             init(KERNEL_KEY, (3, 4))))
 
 @case
+def initializer_stating_its_dtype():
+  # built with dtype= (jax's initializers default to None): flax 0.3 called
+  # init(key, shape), so the parameter got the initializer's dtype
+  init = jax.nn.initializers.variance_scaling(1.0, 'fan_in', 'normal',
+                                              dtype=jnp.complex64)
+  kernel = nn.Dense(4, kernel_init=init, dtype=jnp.complex64).init(
+      key, x)['params']['kernel']
+  # a param_dtype the code sets, and an initializer stating none: today's
+  bf16 = nn.Dense(4, param_dtype=jnp.bfloat16, kernel_init=init).init(
+      key, x)['params']['kernel']
+  plain = nn.Dense(4, kernel_init=jax.nn.initializers.lecun_normal()).init(
+      key, x)['params']['kernel']
+  return (kernel.dtype, bool(jnp.array_equal(kernel, init(KERNEL_KEY, (3, 4)))),
+          bf16.dtype, plain.dtype)
+
+@case
 def static_initialize_carry():
   rng = jax.random.PRNGKey(3)
   c, h = nn.LSTMCell.initialize_carry(rng, (2,), 5)
@@ -241,6 +257,14 @@ def test_partial_initializer_with_dtype(runs):
       "argument 'dtype'")
 
 
+def test_initializer_stating_its_dtype(runs):
+  assert runs['legacy']['initializer_stating_its_dtype'] == (
+      "(dtype('complex64'), True, dtype(bfloat16), dtype('float32'))")
+  # today the layer's param_dtype wins: a real kernel, silently
+  assert _today(runs, 'initializer_stating_its_dtype') == (
+      "(dtype('float32'), False, dtype(bfloat16), dtype('float32'))")
+
+
 def test_static_initialize_carry(runs):
   assert runs['legacy']['static_initialize_carry'] == (
       '((2, 5), 0.0, True, True, (2, 4, 4, 3))')
@@ -400,6 +424,66 @@ def test_parameter_keys_opt_out_gives_todays_numbers():
   assert 'mlp:params/Dense_0/bias' not in bad
 
 
+# --- initializers stating their dtype, under x64: flax 0.3.6's numbers --------
+
+X64 = '''
+import json, sys
+LEGACY
+sys.path.insert(0, DATA)
+import stated_dtypes
+try:
+  arrays = stated_dtypes.record()
+except TypeError as e:
+  print(json.dumps(str(e).splitlines()[0]))
+else:
+  print(json.dumps({k: [v.dtype.str, list(v.shape),
+                        [[z.real, z.imag] for z in v.ravel().tolist()]
+                        if v.dtype.kind == 'c' else v.ravel().tolist()]
+                    for k, v in arrays.items()}))
+'''
+
+
+def _decode(dtype, shape, values):
+  if np.dtype(dtype).kind == 'c':
+    values = [complex(float(re), float(im)) for re, im in values]
+  else:
+    values = [float(v) for v in values]
+  return np.array(values, np.dtype(dtype)).reshape(shape)
+
+
+def _record_x64(env=None):
+  script = X64.replace('LEGACY', LEGACY_IMPORT).replace('DATA', repr(DATA))
+  got = json.loads(run_python(script, env=env).stdout.splitlines()[-1])
+  if isinstance(got, str):
+    return got
+  return {k: _decode(d, s, v) for k, (d, s, v) in got.items()}
+
+
+def test_initializers_stating_float64_keep_it_as_in_flax_0_3_6():
+  # jVMC's RBM: lecun_normal(dtype=np.float64) under x64, updated with
+  # jax.lax.add and a float64 step (flax 0.3.6 on the oracle:
+  # tests/early_linen/flax036_x64.json, by record_flax036.py)
+  with open(os.path.join(DATA, 'flax036_x64.json')) as f:
+    data = json.load(f)
+  assert data['flax'] == '0.3.6'
+  want = {k: _decode(v['dtype'], v['shape'], v['values'])
+          for k, v in data['arrays'].items()}
+  assert len(want) == 12
+  assert want['rbm:params/Dense_0/kernel'].dtype == np.float64
+  assert want['cpx_dense:params/Dense_0/kernel'].dtype == np.complex128
+  got = _record_x64()
+  assert {k: v.dtype for k, v in got.items()} == {
+      k: v.dtype for k, v in want.items()}
+  assert _mismatches(got, want) == []
+  # the row opted out: today's linen, where the bias partial raises first
+  # (with it served but the kernel's dtype not, the kernel was float32 and
+  # the library's update raised 'lax.add requires arguments to have the
+  # same dtypes, got float32, float64'; initializer_stating_its_dtype shows
+  # today's float32 kernel)
+  assert _record_x64({'FLAXLEGACY_INITIALIZERS': 'modern'}) == (
+      "zeros() got multiple values for argument 'dtype'")
+
+
 # --- a modern process is untouched --------------------------------------------
 
 
@@ -411,7 +495,7 @@ def test_modern_process_gets_todays_linen():
       from flax.training import early_stopping
       import jax, jax.numpy as jnp
       patched = [scope.LazyRng.create, scope.Scope.param,
-                 nn.Module._call_wrapped_method,
+                 nn.Module._call_wrapped_method, nn.Module.param,
                  nn.MultiHeadDotProductAttention.__call__, np.arange,
                  nn.LSTMCell.__init__, jax.remat, jax.checkpoint, jnp.array,
                  jnp.asarray]
@@ -423,7 +507,7 @@ def test_modern_process_gets_todays_linen():
   ''')
   assert proc.stdout.split('\n')[0] == (
       '[False, False, False, False, False, False, False, False, False, '
-      'False] function False False False False')
+      'False, False] function False False False False')
 
 
 # --- flaxlegacy check ------------------------------------------------------------
@@ -525,3 +609,26 @@ def test_check_reports_nothing_for_todays_linen():
       params = variables['params']
   ''')
   assert check.scan_source(source, 'train.py') == []
+
+
+def test_check_names_an_initializer_stating_its_dtype():
+  from flaxlegacy.migrate import check  # pylint: disable=g-import-not-at-top
+  source = textwrap.dedent('''\
+      import jax
+      import numpy as np
+      from flax import linen as nn
+      real = jax.nn.initializers.lecun_normal(dtype=np.float64)
+      a = nn.Dense(3, dtype=np.float64, kernel_init=real)
+      b = nn.Dense(3, kernel_init=nn.initializers.normal(0.1, dtype=np.complex64))
+      c = nn.Dense(3, kernel_init=real, param_dtype=np.float64)  # today's form
+      d = nn.Dense(3, kernel_init=jax.nn.initializers.lecun_normal())
+  ''')
+  found = [(f.line, f.name, f.status)
+           for f in check.scan_source(source, 'nets.py')]
+  # (no 'linen parameter keys': code written for today's linen may do this)
+  assert found == [
+      (5, 'early linen: initializer stating its dtype '
+          '[Dense(kernel_init=...(dtype=...))]', check.SUPPORTED),
+      (6, 'early linen: initializer stating its dtype '
+          '[Dense(kernel_init=...(dtype=...))]', check.SUPPORTED),
+  ]

@@ -24,8 +24,9 @@ EXAMPLE = os.path.join(REPO, 'examples', 'mnist')
 LEGACY = os.path.join(REPO, 'tests', 'legacy_examples')
 
 # One worker runs the file: its module fixtures (the stand-in, the README's
-# default run, the re-enacted programs) are shared by its tests.
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group('examples_mnist')]
+# default run, the re-enacted programs) are shared by its tests.  All but the
+# fail-fast test train the example, so they are the full lane's.
+pytestmark = pytest.mark.xdist_group('examples_mnist')
 
 EPOCH_LINE = re.compile(
     r'epoch (\d+)  train loss: ([\d.]+), accuracy: ([\d.]+)  \|  '
@@ -74,6 +75,7 @@ def _epochs(out):
   return [tuple(float(x) for x in m.groups()) for m in EPOCH_LINE.finditer(out)]
 
 
+@pytest.mark.slow
 def test_default_run_reaches_95_percent_on_the_standin(default_run):
   out = default_run
   # Announced as a stand-in, by the hook and in the example's own log.
@@ -102,6 +104,7 @@ def test_unprepared_offline_fails_fast_naming_the_fix(tmp_path):
   assert 'Run `flaxlegacy data mnist` first' in out
 
 
+@pytest.mark.slow
 def test_example_train_test(home):
   run, out = _run(['train_test.py'], _env(home), cwd=EXAMPLE)
   assert run.returncode == 0, out[-5000:]
@@ -145,6 +148,7 @@ def reenacted(home, tmp_path_factory):
   return get
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('program', ['mnist_readme_2020', 'mnist_v0_1_0rc2',
                                      'mnist_v0_2'])
 def test_2020_program_runs_unchanged(program, reenacted):
@@ -175,6 +179,7 @@ def _seed_flow(program_path, home, tmp_path):
     return dict(data)
 
 
+@pytest.mark.slow
 def test_example_follows_the_v0_2_seed_flow(home, tmp_path):
   """The example uses legacy v0.2's keys: same init, batches, step, eval.
 
@@ -251,6 +256,7 @@ def _original(program, tmp_path):
   return str(out)
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not os.environ.get('LEGACY_FLAX_GIT'),
                     reason='set LEGACY_FLAX_GIT to a google/flax clone')
 @pytest.mark.parametrize('program', sorted(_ORIGINALS))

@@ -21,6 +21,7 @@ import pytest
 from flaxlegacy.upgrade import api
 from flaxlegacy.upgrade.rules.early_linen import keys
 from tests import standalone_env
+from tests import test_early_linen
 from tests.test_activation import run_python
 from tests.test_upgrade_standalone import flaxlegacy_outside_comments
 
@@ -129,6 +130,19 @@ CASES = [
           def __call__(self, x, mask):
             y = self.attn(x, x, mask=mask, deterministic=True)
             return y + nn.MultiHeadDotProductAttention(num_heads=2)(x, x, mask=mask)
+     '''),
+    # ... and so is one built with dtype= (jVMC: lecun_normal(dtype=tReal)),
+    # unless the layer sets param_dtype (today's form)
+    ('initializers', '''
+        real = jax.nn.initializers.lecun_normal(dtype=np.float64)
+        a = nn.Dense(2, kernel_init=jax.nn.initializers.lecun_normal(dtype=np.float64))
+        b = nn.Dense(2, kernel_init=real, bias_init=jax.nn.initializers.zeros)
+        c = nn.Dense(2, kernel_init=real, param_dtype=np.float64)
+     ''', '''
+        real = jax.nn.initializers.lecun_normal(dtype=np.float64)
+        a = nn.Dense(2, kernel_init=upgraded_layers.legacy_initializer(jax.nn.initializers.lecun_normal(dtype=np.float64)))
+        b = nn.Dense(2, kernel_init=upgraded_layers.legacy_initializer(real), bias_init=jax.nn.initializers.zeros)
+        c = nn.Dense(2, kernel_init=real, param_dtype=np.float64)
      '''),
 ]
 
@@ -264,8 +278,11 @@ def test_upgraded_early_linen_computes_the_same_numbers(
   assert 'legacy_cells.LSTMCell()' in upgraded
   assert 'def two_arg_init(rng, shape, dtype=None):' in upgraded
   assert flaxlegacy_outside_comments(out) == []
+  # (legacy_initializer: stated_dtypes.py's functools.partial(zeros,
+  # dtype=...); that file runs under x64 in tests/test_early_linen.py)
   assert sorted(report['shipped'][0]['names']) == [
-      'ConvLSTM', 'GRUCell', 'LSTMCell', 'OptimizedLSTMCell']
+      'ConvLSTM', 'GRUCell', 'LSTMCell', 'OptimizedLSTMCell',
+      'legacy_initializer']
   original = run_python(RUN.replace('DIR', repr(DATA)), env={
       'FLAXLEGACY': 'on', 'FLAXLEGACY_LINEN_KEYS': 'modern',
       'FLAXLEGACY_PRNG': 'modern'})
@@ -280,6 +297,22 @@ def test_upgraded_early_linen_computes_the_same_numbers(
   # the same function on the same parameters, on one machine: bit for bit
   assert [k for k in want if got[k] != want[k]] == []
   assert want['improved0'] == ['|b1', [], [True]]
+  # stated_dtypes.py (x64; initializers built with dtype=, wrapped): the
+  # same numbers and dtypes, float64 / complex128 parameters as in flax 0.3
+  script = test_early_linen.X64.replace('LEGACY', '')
+  original = run_python(script.replace('DATA', repr(DATA)), env={
+      'FLAXLEGACY': 'on', 'FLAXLEGACY_LINEN_KEYS': 'modern',
+      'FLAXLEGACY_PRNG': 'modern'})
+  rewritten = subprocess.run(
+      [python_without_flaxlegacy, '-c', script.replace('DATA', repr(str(out)))],
+      env=standalone_env.env(), cwd=str(out), capture_output=True, text=True,
+      timeout=600)
+  assert rewritten.returncode == 0, rewritten.stderr[-3000:]
+  want = json.loads(original.stdout.splitlines()[-1])
+  got = json.loads(rewritten.stdout.splitlines()[-1])
+  assert len(want) == 12 and got == want
+  assert want['rbm:params/Dense_0/kernel'][0] == '<f8'
+  assert want['cpx_dense:params/Dense_0/kernel'][0] == '<c16'
 
 
 def test_removed_jax_modules():

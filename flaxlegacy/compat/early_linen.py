@@ -3,8 +3,9 @@
 Code of 2021 that mixed ``flax.nn`` / ``flax.optim`` with linen was written
 for flax 0.3.x linen.  Today's linen changed under it; each restoration
 below is one row of ``_names.BEHAVIOURS`` (announced in the legacy-mode log
-line, off with ``FLAXLEGACY_<NAME>=modern``) and, except ``linen_keys``,
-changes only calls that raise today:
+line, off with ``FLAXLEGACY_<NAME>=modern``) and, except ``linen_keys`` and
+an initializer's stated dtype (``initializers``), changes only calls that
+raise today:
 
 * ``linen_keys``: parameter and RNG keys derived as flax 0.3.x did: each
   scope name folded into the key by its SHA-1 hash, one fold per level, and
@@ -17,7 +18,12 @@ changes only calls that raise today:
 * ``initializers``: today's layers call ``init(key, shape, param_dtype)``;
   flax 0.3's called ``init(key, shape)``.  When an initializer cannot take
   the dtype (``def cplx_init(rng, shape)``) or a ``functools.partial``
-  already binds ``dtype=``, it is called without it.
+  already binds ``dtype=``, it is called without it.  So is one that states
+  a dtype of its own (``lecun_normal(dtype=jnp.float64)``; jax's defaults
+  are None) other than the ``param_dtype`` a layer passes, when the layer's
+  ``param_dtype`` is left at its default: the parameter gets the
+  initializer's dtype, as in 0.3 (today float32, and a float64 update of
+  it raises in ``lax.add``).
 * ``param_override``: a Module subclass that overrides ``param(self, name,
   init_fn, shape)`` is called without the ``param_dtype`` today's
   ``nn.Conv`` / ``nn.Dense`` pass as a fifth argument.
@@ -188,6 +194,72 @@ def _restore_initializers(scope_module):
   scope_cls.param = _marked(param, modern)
 
 
+def stated_dtype(fn, lead, args, kwargs):
+  """The dtype ``fn`` states for itself where the trailing dtype of ``args``
+  would go, or None.
+
+  jax's initializers default their ``dtype`` to None; a non-None default
+  is a choice made when the initializer was built
+  (``lecun_normal(dtype=jnp.float64)``) or written (``def init(key, shape,
+  dtype=jnp.complex64)``).  flax 0.3 called ``init(key, shape)``, so that
+  choice made the parameter's dtype; today's layers pass their
+  ``param_dtype`` over it.
+  """
+  if not args or not _is_dtype(args[-1]):
+    return None
+  sig = _signature(fn)
+  if sig is None or not (_binds(sig, (*lead, *args), kwargs) and
+                         _binds(sig, (*lead, *args[:-1]), kwargs)):
+    return None
+  positional = [p for p in sig.parameters.values()
+                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+  at = len(lead) + len(args) - 1
+  if at >= len(positional):  # taken by *args
+    return None
+  default = positional[at].default
+  if default is inspect.Parameter.empty or not _is_dtype(default):
+    return None
+  return default
+
+
+def _default_param_dtype(module, dtype):
+  """True if ``dtype`` is ``module``'s ``param_dtype`` left at its default
+  (flax 0.3 layers had no ``param_dtype``; code written for them never
+  sets it)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  field = getattr(type(module), '__dataclass_fields__', {}).get('param_dtype')
+  if field is None or field.default is dataclasses.MISSING:
+    return False
+  try:
+    own = getattr(module, 'param_dtype')
+    return (np.dtype(own) == np.dtype(dtype) and
+            np.dtype(own) == np.dtype(field.default))
+  except Exception:  # pylint: disable=broad-except
+    return False
+
+
+def _differs(a, b):
+  from jax import dtypes  # pylint: disable=g-import-not-at-top
+  return dtypes.canonicalize_dtype(a) != dtypes.canonicalize_dtype(b)
+
+
+def _restore_initializer_dtype(module_module):
+  module_cls = module_module.Module
+  modern = module_cls.param
+
+  @functools.wraps(modern)
+  def param(self, name, init_fn, *init_args, **kwargs):
+    init_kwargs = {k: v for k, v in kwargs.items() if k != 'unbox'}
+    stated = stated_dtype(init_fn, (None,), init_args, init_kwargs)
+    if (stated is not None and _differs(stated, init_args[-1]) and
+        _default_param_dtype(self, init_args[-1])):
+      init_args = init_args[:-1]
+    return modern(self, name, init_fn, *init_args, **kwargs)
+
+  module_cls.param = _marked(param, modern)
+
+
 # --- param_override ---------------------------------------------------------------
 
 
@@ -352,7 +424,8 @@ def _restore_early_stopping(early_stopping_module):
 
 _RESTORE = {
     'linen_keys': ('flax.core.scope', _restore_linen_keys),
-    'initializers': ('flax.core.scope', _restore_initializers),
+    'initializers': (('flax.core.scope', _restore_initializers),
+                     ('flax.linen.module', _restore_initializer_dtype)),
     'param_override': ('flax.linen.module', _restore_param_override),
     'carries': ('flax.linen.recurrent', _restore_carries),
     'attention': ('flax.linen.attention', _restore_attention),
@@ -363,5 +436,6 @@ _RESTORE = {
 
 def restore(name):
   """Schedules one restoration for when its flax module is imported."""
-  module_name, fn = _RESTORE[name]
-  _deferred(module_name, fn)
+  how = _RESTORE[name]
+  for module_name, fn in (how if isinstance(how[0], tuple) else (how,)):
+    _deferred(module_name, fn)

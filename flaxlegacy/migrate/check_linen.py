@@ -31,6 +31,10 @@ PATTERNS = {
     'initializer partial binding dtype': (
         'initializers', 'drop dtype= from the partial (flaxlegacy upgrade '
         'wraps it so the layer\'s param_dtype is ignored)'),
+    'initializer stating its dtype': (
+        'initializers', 'give the layer the same param_dtype= (today\'s '
+        'layers pass their param_dtype, float32 by default, over the '
+        'initializer\'s; flaxlegacy upgrade wraps the initializer)'),
     'initialize_carry(rng, batch_dims, size)': (
         'carries', 'Cell(features=size).initialize_carry(rng, batch_dims + '
         '(in_features,)) (flaxlegacy upgrade rewrites it)'),
@@ -70,6 +74,8 @@ PATTERNS = {
 _POLICY_CHANGED = {'frozendict': 'flax 0.7.1'}
 
 
+_INITIALIZER_MODULES = ('jax.nn.initializers.', 'flax.linen.initializers.',
+                        'flax.nn.initializers.')
 _REMAT = ('jax.remat', 'jax.checkpoint', 'jax.ad_checkpoint.checkpoint')
 _UNSIGNED = tuple(f'{m}.uint{b}' for m in ('jax.numpy', 'numpy')
                   for b in (8, 16, 32, 64))
@@ -88,6 +94,7 @@ class _Scanner(ast.NodeVisitor):
     self.bindings = bindings  # local name -> qualified name (check's scan)
     self.defs = {}  # module-level / nested function name -> FunctionDef
     self.partials_with_dtype = set()  # names bound to partial(..., dtype=)
+    self.stating_dtype = set()  # names bound to lecun_normal(dtype=...)
     self.found = []
     self.unsupported = []  # (line, col, name, why)
     self.linen_import = None  # first import of flax.linen
@@ -144,6 +151,10 @@ class _Scanner(ast.NodeVisitor):
       for t in node.targets:
         if isinstance(t, ast.Name):
           self.partials_with_dtype.add(t.id)
+    if isinstance(node.value, ast.Call) and self._stating_dtype(node.value):
+      for t in node.targets:
+        if isinstance(t, ast.Name):
+          self.stating_dtype.add(t.id)
     if (len(node.targets) == 1 and isinstance(node.targets[0], ast.Tuple)
         and len(node.targets[0].elts) == 2 and
         isinstance(node.value, ast.Call) and
@@ -187,6 +198,12 @@ class _Scanner(ast.NodeVisitor):
     return (q in ('functools.partial', 'partial') and
             any(k.arg == 'dtype' for k in call.keywords))
 
+  def _stating_dtype(self, call):
+    """``jax.nn.initializers.lecun_normal(dtype=...)`` and the like."""
+    q = self.qualify(call.func) or ''
+    return (q.startswith(_INITIALIZER_MODULES) and
+            any(k.arg == 'dtype' for k in call.keywords))
+
   def _two_argument_def(self, node):
     if not isinstance(node, ast.Name) or node.id not in self.defs:
       return False
@@ -212,6 +229,13 @@ class _Scanner(ast.NodeVisitor):
                   k.value.id in self.partials_with_dtype):
           self.add(k.value, 'initializer partial binding dtype',
                    f'{layer}({k.arg}=partial(..., dtype=...))')
+        elif ((isinstance(k.value, ast.Call) and
+               self._stating_dtype(k.value)) or (
+                   isinstance(k.value, ast.Name) and
+                   k.value.id in self.stating_dtype)) and not any(
+                       p.arg == 'param_dtype' for p in node.keywords):
+          self.add(k.value, 'initializer stating its dtype',
+                   f'{layer}({k.arg}=...(dtype=...))')
       if (layer in FEATURELESS_CELLS and not node.args and
           not any(k.arg in ('features', None) for k in node.keywords)):
         self.add(node, 'cell without features', f'{layer}()')
@@ -279,9 +303,11 @@ def scan_tree(tree, bindings):
   # pattern above) or runs in a legacy process (it imports the legacy API);
   # today's linen code alone says nothing about flax 0.3.
   legacy = any(_names.legacy_root(q) for q in bindings.values())
+  # (an initializer stating its dtype is also a latent mistake of code
+  # written for today's linen: no evidence of flax 0.3)
   if scanner.linen_import is not None and (
-      legacy or any(PATTERNS[f[2]][0] not in ('scalars', 'arguments')
-                    for f in found)):
+      legacy or any(PATTERNS[f[2]][0] not in ('scalars', 'arguments') and
+                    f[2] != 'initializer stating its dtype' for f in found)):
     found.append((scanner.linen_import.lineno,
                   scanner.linen_import.col_offset + 1,
                   'linen parameter keys', ''))

@@ -18,6 +18,12 @@ linen layer (``nn.Dense(4, kernel_init=cplx_init)``, any ``*_init=``):
   dtype; dropping the partial's ``dtype=`` and passing ``param_dtype``
   instead would change the layer's other parameters too).
 
+* an initializer built with ``dtype=`` by jax's / flax's factories
+  (``jax.nn.initializers.lecun_normal(dtype=np.float64)``, inline or bound
+  to a name in the file) given to a layer call without ``param_dtype=``:
+  wrapped the same way (flax 0.3 gave the parameter that dtype; today's
+  layer passes its ``param_dtype``, float32, over it).
+
 An initializer imported from elsewhere is left as it is (its signature is
 not visible here); the run-time restoration serves it in legacy processes.
 """
@@ -40,6 +46,10 @@ def _two_parameters(fn):
           and isinstance(p.star_arg, cst.MaybeSentinel) and p.star_kwarg is None
           and all(x.default is None for x in p.params))
 
+
+# jax's / flax's initializer factories: a dtype= given to them is stated
+FACTORY_MODULES = ('jax.nn.initializers.', 'flax.linen.initializers.',
+                   'flax.nn.initializers.')
 
 KEY_NAMES = ('rng', 'key', 'prng', 'prng_key', 'rng_key', 'rngkey', 'prngkey')
 
@@ -81,12 +91,21 @@ class Rule(_common.Rule):
     self.partials = set()  # names bound to partial(..., dtype=...)
     self.used = set()  # two-parameter defs passed as initializers
     self.signed = set()  # ids of defs whose parameters are (key, shape)
+    self.stating = set()  # names bound to lecun_normal(dtype=...) and alike
 
   def _partial_with_dtype(self, node):
     if not isinstance(node, cst.Call):
       return False
     q = self.names.qualify(node.func) or _common.facts_lib.dotted(node.func)
     return (q in ('functools.partial', 'partial') and
+            any(a.keyword is not None and a.keyword.value == 'dtype'
+                for a in node.args))
+
+  def _stating_dtype(self, node):
+    if not isinstance(node, cst.Call):
+      return False
+    q = self.names.qualify(node.func) or ''
+    return (q.startswith(FACTORY_MODULES) and
             any(a.keyword is not None and a.keyword.value == 'dtype'
                 for a in node.args))
 
@@ -109,6 +128,10 @@ class Rule(_common.Rule):
           for t in a.targets:
             if isinstance(t.target, cst.Name):
               rule.partials.add(t.target.value)
+        if rule._stating_dtype(a.value):  # pylint: disable=protected-access
+          for t in a.targets:
+            if isinstance(t.target, cst.Name):
+              rule.stating.add(t.target.value)
 
       def visit_Call(self, node):  # the linen layer calls
         layer = rule.names.linen(node.func)
@@ -124,10 +147,12 @@ class Rule(_common.Rule):
           self.used.add(a.value.value)
           may_change = True
         if (a.keyword is not None and a.keyword.value.endswith('_init') and
-            (self._partial_with_dtype(a.value) or (
-                isinstance(a.value, cst.Name) and
-                a.value.value in self.partials))):
-          may_change = True  # (leave_Call)
+            (self._partial_with_dtype(a.value) or
+             self._stating_dtype(a.value) or (
+                 isinstance(a.value, cst.Name) and
+                 (a.value.value in self.partials or
+                  a.value.value in self.stating)))):
+          may_change = True  # (leave_Call; param_dtype= aside: a superset)
     return may_change
 
   def leave_FunctionDef(self, original_node, updated_node):
@@ -156,10 +181,15 @@ class Rule(_common.Rule):
       return updated_node
     args = []
     changed = False
+    param_dtype = any(a.keyword is not None and
+                      a.keyword.value == 'param_dtype'
+                      for a in original_node.args)
     for orig, new in zip(original_node.args, updated_node.args):
       value = orig.value
+      stating = not param_dtype and (self._stating_dtype(value) or (
+          isinstance(value, cst.Name) and value.value in self.stating))
       if (orig.keyword is not None and orig.keyword.value.endswith('_init')
-          and (self._partial_with_dtype(value) or (
+          and (stating or self._partial_with_dtype(value) or (
               isinstance(value, cst.Name) and value.value in self.partials))):
         wrapper = self.names.spell('flaxlegacy.migrate.upgraded_layers', set())
         if wrapper == 'flaxlegacy.migrate.upgraded_layers':
@@ -168,9 +198,9 @@ class Rule(_common.Rule):
         new = new.with_changes(value=cst.Call(
             func=_common.e(f'{wrapper}.legacy_initializer'),
             args=[cst.Arg(value=new.value)]))
-        self.rewrote(orig, f'{layer}({orig.keyword.value}=partial(..., '
-                     'dtype=...)) -> upgraded_layers.legacy_initializer',
-                     shipped=SHIPPED)
+        form = '...(dtype=...)' if stating else 'partial(..., dtype=...)'
+        self.rewrote(orig, f'{layer}({orig.keyword.value}={form}) -> '
+                     'upgraded_layers.legacy_initializer', shipped=SHIPPED)
         changed = True
       args.append(new)
     return updated_node.with_changes(args=args) if changed else updated_node
