@@ -967,7 +967,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
               f'({opt}.params)\n')
       else:
         return None
-      apply = self._apply_gradients(opt, '_grad', extra)
+      apply = self._apply_gradients(opt, '_grad', extra, ov)
+      if apply is None:
+        return None
       self.imports.add('import jax')
       self.note(line, 'optimizer.optimize -> jax.value_and_grad + '
                 'apply_gradients')
@@ -1028,11 +1030,29 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                  if a.keyword is not None and a not in field_kw)
     return f'{ctor}.init({rng}{", " if inputs else ""}{inputs}{kw})'
 
-  def _apply_gradients(self, opt, grads, extra_args):
+  def _apply_gradients(self, opt, grads, extra_args, node=None):
+    """``opt.apply_gradients(grads=...)`` source, the per-step learning
+    rate set in the optax state's hyperparams; None (with a TODO on
+    ``node``) when the call passes another per-step argument: the optax
+    transformation built elsewhere does not take it per step, and dropping
+    it would change the numbers silently."""
     lr = None
     for a in extra_args:
       if a.keyword is not None and a.keyword.value == 'learning_rate':
         lr = self.ctx.code_of(a.value)
+      elif node is not None:
+        what = (f'{a.keyword.value}=' if a.keyword is not None
+                else ('**' if a.star == '**' else '*' if a.star else ''))
+        method = (node.func.attr.value if isinstance(node, cst.Call)
+                  and isinstance(node.func, cst.Attribute)
+                  else 'apply_gradient')
+        self.todo(node, f'optimizer.{method}(..., {what}...): a '
+                  'hyper-parameter set per step other than learning_rate is '
+                  'not carried into the optax transformation (the upgrade '
+                  'sets only learning_rate per step); build the '
+                  'transformation with optax.inject_hyperparams and set it '
+                  'in opt_state.hyperparams by hand')
+        return None
     if lr is None:
       return f'{opt}.apply_gradients(grads={grads})'
     return (f"{opt}.replace(opt_state={opt}.opt_state._replace(hyperparams="
@@ -1310,9 +1330,12 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       opt_src = cst.Module([]).code_for_node(opt)
       if f.attr.value == 'apply_gradient' and original_node.args:
         grads = self.ctx.code_of(original_node.args[0].value).rstrip(', ')
+        apply = self._apply_gradients(opt_src, grads, original_node.args[1:],
+                                      original_node)
+        if apply is None:
+          return updated_node
         self.note(original_node, 'apply_gradient -> apply_gradients')
-        return _e(self._apply_gradients(opt_src, grads,
-                                        original_node.args[1:]))
+        return _e(apply)
       if f.attr.value in ('replicate', 'unreplicate') and not (
           original_node.args):
         self.imports.add('from flax import jax_utils')
