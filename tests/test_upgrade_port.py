@@ -1131,3 +1131,47 @@ def test_vision_transformer_config_splat_verified(tmp_path):
   _verify(src / 'models.py', out / 'models.py', report, [
       dict(class_name='Tiny', report_class='VisionTransformer',
            inputs=[((2, 5, 4), 'float32')], hyper={})])
+
+
+# -- a module class on nn.base.Module (init2winit's ScalarMultiply) ---------
+
+BASE_MODULE = '''\
+import flax
+from flax import nn
+import jax.numpy as jnp
+
+
+class ScalarMultiply(nn.base.Module):
+  """Multiplies by one learned scalar."""
+
+  def apply(self, x, scale_init=nn.initializers.ones):
+    return x * self.param('scale', (), scale_init)
+
+
+class Shift(flax.nn.base.Module):
+
+  def apply(self, x):
+    return x + self.param('shift', (x.shape[-1],), nn.initializers.normal())
+
+
+class Net(nn.Module):
+
+  def apply(self, x):
+    y = nn.Dense(x, 3)
+    return Shift(ScalarMultiply(y))
+'''
+
+
+def test_nn_base_module_is_a_module_class():
+  new, rep = up(BASE_MODULE)
+  assert 'class ScalarMultiply(nn.Module):' in new
+  assert 'class Shift(flax.linen.Module):' in new
+  assert 'nn.base' not in new
+  assert TODO not in new and not rep.left
+
+
+def test_nn_base_module_verified(tmp_path):
+  src, out, status, report = _upgrade_dir(tmp_path, {'m.py': BASE_MODULE})
+  assert status == 0
+  _verify(src / 'm.py', out / 'm.py', report, [
+      dict(class_name='Net', inputs=[((2, 4), 'float32')], hyper={})])

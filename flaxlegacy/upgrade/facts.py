@@ -176,6 +176,8 @@ class _FileVisitor(cst.CSTVisitor):
   # -- definitions --
   def _is_legacy_base(self, expr):
     attr = legacy_attr(expr, self.f.nn_prefixes)
+    if attr == 'base.Module':  # nn.base.Module is nn.Module
+      attr = 'Module'
     if attr is not None:
       return attr if attr in ('Module',) or attr[:1].isupper() else None
     return None

@@ -1452,7 +1452,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if apply is None:
       apply = 'None'
       self.todo(node, 'TrainState.apply_fn: the module of this model is not '
-                'known here; apply it with module.apply')
+                'known here; apply it with module.apply (and if the target '
+                'is a bare array, not a dict of parameters, '
+                'TrainState.apply_gradients refuses it: wrap it in a dict)')
     self.imports.add('from flax.training import train_state')
     self.note(node, f'optim.{name}(...).create -> TrainState')
     return _e(f'train_state.TrainState.create(apply_fn={apply}, '
