@@ -1357,10 +1357,10 @@ def convert_class(up, node, info, plain=False):
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
   plan = None
-  if others:
-    from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
+  if others or methods.assigns_self(apply):
     plan = methods.prepare(up, node, info, apply)
-    if not plan.helpers and plan.why is None:
+    if others and not plan.helpers and plan.why is None:
       # helpers that make modules for their caller (legacy seq2seq's
       # _create_modules): rewritten where they are (rules/helpers.py)
       plan = None

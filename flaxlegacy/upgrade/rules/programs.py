@@ -919,6 +919,20 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if not isinstance(ov, cst.Call) or not isinstance(ov.func, cst.Attribute):
       return self._stateful_assign(orig, stmt, line)
     attr = ov.func.attr.value
+    if attr in ('init', 'create') and isinstance(t, (cst.Tuple, cst.List)) \
+        and len(t.elements) == 2 and ov.args and self.f.nn_prefixes and not (
+            self._is_module_expr(ov.func.value) or (
+                isinstance(ov.func.value, cst.Name)
+                and self.scope.lookup('modvars_', ov.func.value.value))) \
+        and facts_lib.legacy_attr(ov.func.value, self.f.nn_prefixes) is None:
+      # ``_, params = X.init(rng, ...)``: the pair is legacy's life cycle;
+      # X is not known to hold one legacy module class (a functools.partial
+      # built elsewhere, a class from outside): left, never silently
+      self.todo(ov, f'{self.ctx.code_of(ov.func)}(...) with a pair target: '
+                'legacy module life cycle on a value not known here to hold '
+                'one legacy module class; port by hand to '
+                "M(...).init(rng, ...)['params']")
+      return None
     # _, model = M.create_by_shape(rng, specs)  /  M.init_by_shape
     if attr in LIFECYCLE and isinstance(t, (cst.Tuple, cst.List)) and len(
         t.elements) == 2 and (self._is_module_expr(ov.func.value) or (
@@ -1011,14 +1025,16 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       info = self._flow_info(call.func.value)
     if info is None and isinstance(call.func.value, cst.Name):
       info = self.codebase.modules.get(self.model_class or '')
-    if info is None and any(a.keyword is not None for a in rest):
+    if info is None and any(a.keyword is not None
+                            and a.keyword.value != 'name' for a in rest):
       # keywords at init are fields or __call__ arguments: which, only
       # the class can tell (a guess is silently wrong code)
       self.todo(call, f'{attr} with keyword arguments of a module class not '
                 'known here: they may be fields (constructor) or __call__ '
                 'arguments; port by hand')
       return None
-    fields = set(info.fields) if info is not None else set()
+    # name=: legacy init's module name, linen's constructor attribute
+    fields = (set(info.fields) if info is not None else set()) | {'name'}
     field_kw = [a for a in rest if a.keyword is not None
                 and a.keyword.value in fields]
     if field_kw:
