@@ -174,7 +174,7 @@ class Upgrader(TodoComments, cst.CSTTransformer):
         self.todo(original_node, jax_names.UNSURE[q])
     new = jax_names.rename_import_from(updated_node)
     if new is not None:
-      self.rewrote(original_node, 'jax_names', 'import of a removed JAX name')
+      self.rewrote(original_node, 'jax_names', 'import of a removed JAX / NumPy / Python name')
       return new
     legacy = imports_rule.is_legacy_import(updated_node)
     if legacy:
@@ -466,7 +466,10 @@ def _relevance(file_facts, codebase):
     words.update(f.modules)
   words.update(p.split('.')[-1] for p in file_facts.nn_prefixes)
   alternatives = [r'\bimport\b', r'\.partial\b', 'jax\\.config',
-                  r'_by_shape\b', jax_names.REMOVED_NAME_RE.pattern]
+                  r'_by_shape\b']
+  removed = jax_names.removed_name_pattern(file_facts.imports)
+  if removed:
+    alternatives.append(removed)
   alternatives += [r'\b' + re.escape(w) + r'\b' for w in sorted(words)]
   return re.compile('|'.join(alternatives))
 

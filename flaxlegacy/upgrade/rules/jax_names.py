@@ -119,8 +119,21 @@ _ATTR_WORDS = sorted({q.rsplit('.', 1)[-1] for q in list(NAME_RENAMES) + [
     q for q in UNSURE if q.split('.')[0] in ('numpy', 'collections',
                                              'inspect')]
                       + list(KEYWORD_RENAMES) + list(_CALL_FORMS)})
-REMOVED_NAME_RE = re.compile(
-    r'\.(?:' + '|'.join(map(re.escape, _ATTR_WORDS)) + r')\b')
+_WORDS_ALT = '(?:' + '|'.join(map(re.escape, _ATTR_WORDS)) + ')'
+REMOVED_NAME_RE = re.compile(r'\.' + _WORDS_ALT + r'\b')
+_REMOVED_OWNERS = ('numpy', 'jax.numpy', 'collections', 'inspect')
+
+
+def removed_name_pattern(imports):
+  """A regex source matching ``np.float`` / ``collections.Mapping`` ... in
+  a file with these ``imports`` (local -> full), or None when the file
+  imports none of their modules: the statement filter of transform.py."""
+  roots = sorted(local for local, full in imports.items()
+                 if full in _REMOVED_OWNERS or full == 'jax')
+  if not roots:
+    return None
+  return (r'\b(?:' + '|'.join(map(re.escape, roots)) + r')(?:\.numpy)?\.'
+          + _WORDS_ALT + r'\b')
 
 
 def qualify(node, imports):
