@@ -203,6 +203,12 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     if moved is not None:
       self.rewrote(original_node, 'jax_names', f'{q} -> '
                    f'{jax_names.MODULE_RENAMES[q]}')
+      target = jax_names.MODULE_RENAMES[q]
+      if target.startswith('flaxlegacy.'):
+        # the layer's stand-in (jax.lib.xla_bridge): imported by name, so
+        # that shipping.py copies it beside the code like other helpers
+        self.ctx.needed_imports.add(target)
+        return cst.Name(target.rpartition('.')[2])
       return moved
     if q in jax_names.RENAMES:
       self.rewrote(original_node, 'jax_names', f'{q} -> '
