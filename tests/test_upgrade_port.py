@@ -17,6 +17,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 from flaxlegacy.upgrade import api
 from flaxlegacy.upgrade import upgrade_source
@@ -1268,3 +1269,51 @@ def test_pair_init_on_an_unknown_value_keeps_a_todo():
   assert lines[at - 1].strip().startswith(
       TODO + ': self.network.init(...) with a pair target'), new
   assert rep.left
+
+
+# -- init_by_shape spec held in a variable (rigl's masked_test) -------------
+
+RUNTIME_SPEC = '''
+import flax
+import jax
+import jax.numpy as jnp
+
+
+class Dense(flax.nn.Module):
+
+  def apply(self, x):
+    return flax.nn.Dense(x, 3)
+
+
+class T:
+
+  def __init__(self, spec):
+    self._rng = jax.random.PRNGKey(0)
+    self._input_shape = spec
+
+  def params(self):
+    _, initial_params = Dense.init_by_shape(self._rng, (self._input_shape,))
+    return initial_params
+'''
+
+
+@pytest.mark.parametrize('spec,kernel', [(((2, 4), 'float32'), (4, 3)),
+                                         ((2, 5), (5, 3)),
+                                         ([(1, 2)], None)])
+def test_init_spec_in_a_variable_is_read_at_run_time(spec, kernel):
+  """Legacy read a spec as (shape, dtype) when it had two elements and the
+  first was iterable, else as a float32 shape; a spec held in a variable
+  is read the same way when the upgraded code runs (never guessed)."""
+  new, rep = up(RUNTIME_SPEC)
+  assert TODO not in new and not rep.left, new
+  assert ('jnp.ones(*(self._input_shape if len(self._input_shape) == 2 and '
+          "hasattr(self._input_shape[0], '__iter__') else "
+          '(self._input_shape, jnp.float32)))') in new, new
+  ns = {}
+  exec(compile(new, '<upgraded>', 'exec'), ns)  # pylint: disable=exec-used
+  if kernel is None:  # one element: a shape of one element... of a tuple
+    with pytest.raises(TypeError):
+      ns['T'](spec).params()
+    return
+  params = ns['T'](spec).params()
+  assert params['Dense_0']['kernel'].shape == kernel

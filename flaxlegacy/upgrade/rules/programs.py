@@ -1007,7 +1007,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                   'and (shape, dtype) pairs, or a spec that could be either')
         return None
       self.imports.add('import jax.numpy as jnp')
-      inputs = ', '.join(f'jnp.ones({s}, {d})' for s, d in specs)
+      inputs = ', '.join(_spec_input(s, d) for s, d in specs)
       rest = [a for a in args[2:]]
     else:
       if any(a.star == '**' for a in args):
@@ -1723,10 +1723,20 @@ def _returns_optax(rw, call):
 def _specs(src):
   """``[((1, 28, 28, 1), jnp.float32)]`` -> [('(1, 28, 28, 1)', 'jnp.float32')]
   (facts.init_specs decides what is a shape and what a pair)."""
-  specs = facts_lib.init_specs(src)
+  specs = facts_lib.init_specs(src, opaque=True)
   if specs is None:
     return None
   return [(s, 'jnp.float32' if d is None else d) for s, d in specs]
+
+
+def _spec_input(shape, dtype):
+  """``jnp.ones`` source for one init_by_shape spec; a spec only its value
+  can classify is read at run time as legacy read it (a pair when it has
+  two elements and the first is iterable, else a float32 shape)."""
+  if dtype != facts_lib.RUNTIME_SPEC:
+    return f'jnp.ones({shape}, {dtype})'
+  return (f"jnp.ones(*({shape} if len({shape}) == 2 and hasattr({shape}[0], "
+          f"'__iter__') else ({shape}, jnp.float32)))")
 
 
 def _drop_optim_import(module, optim_locals):
