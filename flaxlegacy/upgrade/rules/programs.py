@@ -1179,7 +1179,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         updated.args) != len(call.args):
       updated = call
     fields = set()
-    info = self.codebase.modules.get(self.model_class or '')
+    info = None
+    if apply.endswith('().apply') and re.fullmatch(
+        r'[\w.]+', apply[:-len('().apply')]):
+      # the class this model was built of (nn.Model(pkg.M, params) here)
+      info = aliases.root_info(self.codebase, None,
+                               apply[:-len('().apply')].split('.')[-1])
+    if info is None:
+      info = self.codebase.modules.get(self.model_class or '')
     if info is not None:
       fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
     field_args = [a for a in updated.args if a.keyword is not None
@@ -1196,7 +1203,12 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         self.todo(call, f'{self.model_class}() here has its fields\' '
                   f'defaults, but the program builds it with {what}: pass '
                   'the same values (or use the TrainState\'s apply_fn)')
-    if field_args:
+    if field_args and apply.endswith('().apply'):
+      # the class itself: its fields at construction (a required field
+      # has no default for ``M()`` to clone from)
+      apply = (f"{apply[:-len('().apply')]}("
+               f"{', '.join(self._argsrc(a) for a in field_args)}).apply")
+    elif field_args:
       if not apply.endswith('.apply'):
         # apply_fn is a bound ``module.apply``: its module, with the
         # fields this call sets
