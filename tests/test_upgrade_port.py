@@ -1367,3 +1367,26 @@ def test_fields_at_a_model_call_go_to_the_models_own_class():
 def jax_key():
   import jax  # pylint: disable=g-import-not-at-top
   return jax.random.PRNGKey(0)
+
+
+def test_init_by_shape_for_its_effect_alone():
+  """``M.init_by_shape(...)`` as a statement (rigl: inside
+  ``assertRaisesRegex``): linen's init, which raises the same error."""
+  new, rep = up('''
+      import flax
+      import jax.numpy as jnp
+      class CNN(flax.nn.Module):
+        def apply(self, x, num_classes):
+          if x.shape[1] < 8:
+            raise ValueError('Input spatial size too small')
+          return flax.nn.Dense(x, num_classes)
+      def check(rng):
+        CNN.init_by_shape(rng, [((2, 4), jnp.float32)], num_classes=3)
+      ''')
+  assert ('  CNN(num_classes=3).init(rng, jnp.ones((2, 4), jnp.float32))'
+          in new), new
+  assert TODO not in new and not rep.left
+  ns = {}
+  exec(compile(new, '<upgraded>', 'exec'), ns)  # pylint: disable=exec-used
+  with pytest.raises(ValueError, match='Input spatial size too small'):
+    ns['check'](jax_key())
