@@ -1390,3 +1390,47 @@ def test_init_by_shape_for_its_effect_alone():
   exec(compile(new, '<upgraded>', 'exec'), ns)  # pylint: disable=exec-used
   with pytest.raises(ValueError, match='Input spatial size too small'):
     ns['check'](jax_key())
+
+
+# -- module.call(params, x) of a local partial (protein_lm's modules_test) --
+
+CALL_OF_PARTIAL = '''
+from flax import nn
+import jax
+import jax.numpy as jnp
+
+
+class Embed(nn.Module):
+
+  def apply(self, x, num_embeddings, num_features):
+    return nn.Embed(x, num_embeddings, num_features)
+
+
+def embeddings(x_int):
+  module = Embed.partial(num_embeddings=5, num_features=3)
+  _, params = module.init(jax.random.PRNGKey(0), x_int)
+  return module.call(params, x_int), module.call(params, x_int + 1)
+
+
+def with_fields(params, x_int):
+  return Embed.call(params, x_int, 5, 3)
+'''
+
+
+def test_call_of_a_module_partial_applies_it():
+  new, rep = up(CALL_OF_PARTIAL)
+  assert ("return module().apply({'params': params}, x_int), "
+          "module().apply({'params': params}, x_int + 1)") in new, new
+  # positional arguments past the inputs are fields: never guessed
+  assert 'return Embed.call(params, x_int, 5, 3)' in new
+  assert [l['why'][:40] for l in rep.left][:1] == [
+      'Embed.call(params, ...): its arguments a']
+  ns = {}
+  exec(compile(new.replace('def with_fields', 'def _unused'), '<upgraded>',  # pylint: disable=exec-used
+               'exec'), ns)
+  x = np.array([[1, 3], [2, 0]])
+  a, b = ns['embeddings'](x)
+  table = ns['Embed'](num_embeddings=5, num_features=3).init(
+      jax_key(), x)['params']['Embed_0']['embedding']
+  np.testing.assert_array_equal(np.asarray(a), np.asarray(table)[x])
+  np.testing.assert_array_equal(np.asarray(b), np.asarray(table)[x + 1])

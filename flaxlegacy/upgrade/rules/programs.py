@@ -1288,6 +1288,29 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
           func=_e('functools.partial'),
           args=_clean([cst.Arg(value=updated_node.func.value)]
                       + list(updated_node.args)))
+    # M.call(params, *inputs) of a known module (or a local holding its
+    # partial): apply with the parameters
+    if (isinstance(f, cst.Attribute) and f.attr.value == 'call'
+        and original_node.args and not any(
+            a.star or a.keyword is not None for a in original_node.args)
+        and self._known_module(f.value)):
+      info = self._flow_info(f.value) or aliases.root_info(
+          self.codebase, None, _class_name(f.value))
+      n = len(original_node.args) - 1
+      if info is None or info.kind != 'class' or info.var_pos or not set(
+          info.params[:n]) <= set(info.call):
+        # positional arguments past the inputs are fields in linen
+        self.todo(original_node, f'{self.ctx.code_of(f)}(params, ...): its '
+                  'arguments are not known here to be the module\'s inputs '
+                  '(they may be fields); use M(fields).apply({"params": '
+                  'params}, inputs)')
+        return updated_node
+      ctor = self.module_ctor(f.value)
+      params = self.ctx.code_of(original_node.args[0].value).rstrip(', ')
+      inputs = ''.join(', ' + self._argsrc(a)
+                       for a in original_node.args[1:])
+      self.note(original_node, 'M.call(params, ...) -> M().apply')
+      return _e(f"{ctor}.apply({{'params': {params}}}{inputs})")
     # state.as_dict() of a legacy nn.Collection: the state is a dict now
     if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
         and not original_node.args and self.nn_file
