@@ -52,6 +52,10 @@ for _legacy, _today in _names.UPGRADE_MODULES.items():
     UNSURE[_legacy] = (f'{_legacy} was removed from JAX; today: '
                        f'{_names.MODULES_BY_LEGACY[_legacy].modern}')
 
+# Removed modules (``from jax.lib import xla_client``): their imports get
+# their TODO from rules/early_linen/removed_modules.py.
+REMOVED_MODULES = frozenset(_names.MODULES_BY_LEGACY)
+
 # The layer's implementations of removed NumPy / jax.numpy names
 # (flaxlegacy/compat/numpy_names.py) -> today's name with the same
 # arguments and the same numbers; or a constant's value (an expression:
@@ -86,7 +90,8 @@ for _a in (_names.NUMPY_ALIASES + _names.PYTHON_ALIASES
   if _a.owner not in _REMOVED_ROOTS:
     # removed JAX functions and modules used beside Flax (xla_bridge,
     # device_put_replicated, custom_transforms ...): no one rewrite
-    UNSURE[_q] = f'{_q} was removed ({_a.removed}); today: {_a.modern}'
+    UNSURE.setdefault(_q, f'{_q} was removed ({_a.removed}); today: '
+                      f'{_a.modern}')
     continue
   _mod, _, _attr = _a.value.partition(':')
   if _mod.startswith('flaxlegacy.'):
