@@ -249,6 +249,25 @@ def test_removed_xla_bridge_gets_the_copied_stand_in(tmp_path):
   assert namespace['device_count']() >= 1
 
 
+def test_removed_xla_bridge_spelled_out_gets_the_copied_stand_in(tmp_path):
+  """``jax.lib.xla_bridge.get_backend()`` through ``import jax`` (scenic's
+  debug_utils): imported by name, so the stand-in is copied too; never a
+  bare ``flaxlegacy.compat`` reference in the upgraded tree."""
+  src = _tree(tmp_path / 'src', {'t.py': '''
+      import jax
+
+      def platform():
+        return jax.lib.xla_bridge.get_backend().platform
+      '''})
+  status, report = api.upgrade_paths([str(src)], out=str(tmp_path / 'out'))
+  assert status == 0
+  code = (tmp_path / 'out' / 't.py').read_text()
+  assert 'import legacy_helpers as xla_bridge\n' in code, code
+  assert 'return xla_bridge.get_backend().platform' in code, code
+  assert 'flaxlegacy' not in code
+  assert sorted(report['shipped'][0]['names']) == ['get_backend']
+
+
 def test_upgrade_source_keeps_the_flaxlegacy_import():
   """One string has no tree to copy into: the helper keeps its home."""
   new, _ = api.upgrade_source(textwrap.dedent(PROGRAM))

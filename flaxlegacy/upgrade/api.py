@@ -60,7 +60,11 @@ def _legacy_markers():
 
 
 def _may_need_rewrite(code, markers):
-  return any(m in code for m in markers)
+  from flaxlegacy.upgrade.rules import jax_names  # pylint: disable=g-import-not-at-top
+  # removed NumPy / Python names: only in files importing their module
+  return any(m in code for m in markers) or (
+      any(m in code for m in ('numpy', 'collections', 'inspect'))
+      and bool(jax_names.REMOVED_NAME_RE.search(code)))
 
 
 _IMPORT_LINE = re.compile(r'^\s*(?:from\s+\S+\s+)?import\s+.*$', re.M)

@@ -178,6 +178,8 @@ class _FileVisitor(walk.FastVisitor):
   # -- definitions --
   def _is_legacy_base(self, expr):
     attr = legacy_attr(expr, self.f.nn_prefixes)
+    if attr == 'base.Module':  # nn.base.Module is nn.Module
+      attr = 'Module'
     if attr is not None:
       return attr if attr in ('Module',) or attr[:1].isupper() else None
     return None
@@ -368,7 +370,11 @@ def _shape_like(node):
   return False
 
 
-def init_specs(src):
+# init_specs: a spec only its value can classify (``(self._input_shape,)``)
+RUNTIME_SPEC = '<run time>'
+
+
+def init_specs(src, opaque=False):
   """``init_by_shape`` input specs: [(shape source, dtype source or None)].
 
   Legacy took each spec as a ``(shape, dtype)`` pair when it had two
@@ -376,7 +382,10 @@ def init_specs(src):
   that is: a two-element tuple whose second element is an int is a shape,
   one with a dtype-like second element or a shape-like first element a
   pair.  None when the source is not a literal list of specs or a spec
-  could be either (``(a, b)`` of two plain names).
+  could be either (``(a, b)`` of two plain names).  ``opaque``: a spec
+  that is a plain reference (``self._input_shape``, ``shapes[0]``), which
+  may hold either, is (its source, ``RUNTIME_SPEC``): the caller decides at
+  run time, as legacy did.
   """
   try:
     tree = ast.parse(src, mode='eval').body
@@ -396,9 +405,24 @@ def init_specs(src):
         out.append((ast.unparse(a), ast.unparse(b)))
       else:
         return None
+    elif opaque and _plain_reference(elt):
+      out.append((ast.unparse(elt), RUNTIME_SPEC))
     else:
       out.append((ast.unparse(elt), None))
   return out
+
+
+def _plain_reference(node):
+  """A name, attribute or constant subscript: cheap and safe to evaluate
+  more than once."""
+  if isinstance(node, ast.Name):
+    return True
+  if isinstance(node, ast.Attribute):
+    return _plain_reference(node.value)
+  if isinstance(node, ast.Subscript):
+    return _plain_reference(node.value) and isinstance(
+        node.slice, ast.Constant)
+  return False
 
 
 def _literal_specs(src):

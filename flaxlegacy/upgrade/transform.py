@@ -161,9 +161,21 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     if new is not None:
       self.rewrote(original_node, 'imports', 'flax.nn -> flax.linen')
       return new
+    for q in jax_names.unmovable_imports(original_node):
+      self.todo(original_node, f'{q} was removed; no import provides it '
+                f'today: use {jax_names.NAME_RENAMES[q].replace("builtins.", "")}'
+                ' where it is used')
+    for a in ([] if isinstance(original_node.names, cst.ImportStar)
+              or original_node.module is None or original_node.relative
+              else original_node.names):
+      q = f'{facts_lib.dotted(original_node.module)}.{facts_lib.dotted(a.name)}'
+      # the import itself fails today (a removed module: its own rule,
+      # rules/early_linen/removed_modules.py)
+      if q in jax_names.UNSURE and q not in jax_names.REMOVED_MODULES:
+        self.todo(original_node, jax_names.UNSURE[q])
     new = jax_names.rename_import_from(updated_node)
     if new is not None:
-      self.rewrote(original_node, 'jax_names', 'import of a removed JAX name')
+      self.rewrote(original_node, 'jax_names', 'import of a removed JAX / NumPy / Python name')
       return new
     legacy = imports_rule.is_legacy_import(updated_node)
     if legacy:
@@ -193,12 +205,25 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     if moved is not None:
       self.rewrote(original_node, 'jax_names', f'{q} -> '
                    f'{jax_names.MODULE_RENAMES[q]}')
+      target = jax_names.MODULE_RENAMES[q]
+      if target.startswith('flaxlegacy.'):
+        # the layer's stand-in (jax.lib.xla_bridge): imported by name, so
+        # that shipping.py copies it beside the code like other helpers
+        self.ctx.needed_imports.add(target)
+        return cst.Name(target.rpartition('.')[2])
       return moved
     if q in jax_names.RENAMES:
       self.rewrote(original_node, 'jax_names', f'{q} -> '
                    f'{jax_names.RENAMES[q]}')
       return jax_names.expr(jax_names.spell(jax_names.RENAMES[q],
                                             self.ctx.facts.imports))
+    if q in jax_names.NAME_RENAMES:
+      src, need = jax_names.today(jax_names.NAME_RENAMES[q],
+                                  self.ctx.facts.imports)
+      if need:
+        self.ctx.needed_imports.add('import ' + need)
+      self.rewrote(original_node, 'jax_names', f'{q} -> {src}')
+      return jax_names.expr(src)
     if q in jax_names.UNSURE and id(original_node) not in self._handled:
       self.todo(original_node, jax_names.UNSURE[q])
     attr = facts_lib.legacy_attr(original_node, self.ctx.facts.nn_prefixes)
@@ -238,7 +263,7 @@ class Upgrader(TodoComments, cst.CSTTransformer):
 
   def visit_Call(self, node):
     q = jax_names.qualify(node.func, self.ctx.facts.imports)
-    if q in jax_names.CALLS:
+    if q in jax_names.CALLS or q in jax_names._CALL_FORMS:  # pylint: disable=protected-access
       self._handled.add(id(node.func))
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
     from flaxlegacy.upgrade.rules import recurrent  # pylint: disable=g-import-not-at-top
@@ -261,6 +286,25 @@ class Upgrader(TodoComments, cst.CSTTransformer):
         return updated_node
       self.rewrote(original_node, 'jax_names', f'{q}(...) rewritten')
       return new
+    if q in jax_names._CALL_FORMS:  # pylint: disable=protected-access
+      new = jax_names.rewrite_call_form(updated_node, q,
+                                        self.ctx.facts.imports,
+                                        self.ctx.code_of)
+      if new is None:
+        self.todo(original_node, jax_names.UNSURE[q])
+        return updated_node
+      self.rewrote(original_node, 'jax_names', f'{q}(...) rewritten')
+      return new
+    if q in jax_names.KEYWORD_RENAMES:
+      new = jax_names.rewrite_keywords(updated_node, q, self.ctx.code_of)
+      if new is False:
+        self.todo(original_node, f'{q}: the keyword arguments JAX renamed '
+                  f'({", ".join(jax_names.KEYWORD_RENAMES[q][0])}) are given '
+                  'in a form the upgrade cannot rename with certainty')
+        return updated_node
+      if new is not None:
+        self.rewrote(original_node, 'jax_names', f'{q}(...) keywords renamed')
+        return new
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
     new = modules.module_level_partial_leave(self, original_node,
                                              updated_node)
@@ -354,6 +398,10 @@ def add_imports(module, needed):
   for name in sorted(needed):
     if name in have:
       continue
+    if name.startswith('import '):  # a module by its own dotted name
+      if name[len('import '):] not in have:
+        new.append(cst.parse_statement(name + '\n'))
+      continue
     if '.' in name:
       mod, _, attr = name.rpartition('.')
       new.append(cst.parse_statement(f'from {mod} import {attr}\n'))
@@ -426,6 +474,9 @@ def _relevance(file_facts, codebase):
   words.update(p.split('.')[-1] for p in file_facts.nn_prefixes)
   alternatives = [r'\bimport\b', r'\.partial\b', 'jax\\.config',
                   r'_by_shape\b']
+  removed = jax_names.removed_name_pattern(file_facts.imports)
+  if removed:
+    alternatives.append(removed)
   alternatives += [r'\b' + re.escape(w) + r'\b' for w in sorted(words)]
   return re.compile('|'.join(alternatives))
 

@@ -424,6 +424,15 @@ def _inlining_plan(modules, resolver, local_vars, helpers):
   return _Plan()
 
 
+def assigns_self(apply):
+  """Whether ``apply`` assigns an attribute of self (``self.X = v``): a
+  frozen linen module refuses that in ``__call__``, so the plan threads it
+  as a local even when the class has no other method."""
+  s = _Scan(set())
+  apply.body.visit(s)
+  return bool(s.assigns or s.bad_assign)
+
+
 def _makes_modules_for_later(fn):
   found = []
 

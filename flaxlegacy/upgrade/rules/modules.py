@@ -1320,6 +1320,19 @@ def _fields(up, info):
   return out, None
 
 
+def _linen_base(base, up):
+  """linen's Module for a legacy ``nn.Module`` / ``nn.base.Module`` base
+  spelled in a way the rewritten imports do not cover (``flax.nn.Module``
+  under ``import flax``; ``nn.base``, which linen lacks), else None."""
+  name = facts_lib.dotted(base) or ''
+  if name in ('flax.nn.Module', 'flax.deprecated.nn.Module',
+              'flax.nn.base.Module', 'flax.deprecated.nn.base.Module'):
+    return 'flax.linen.Module'
+  if facts_lib.legacy_attr(base, up.ctx.facts.nn_prefixes) == 'base.Module':
+    return name[:-len('.base.Module')] + '.Module'
+  return None
+
+
 def convert_class(up, node, info, plain=False):
   """A legacy Module class -> a linen dataclass module."""
   if info.base != 'Module' and not plain:
@@ -1345,10 +1358,10 @@ def convert_class(up, node, info, plain=False):
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
   plan = None
-  if others:
-    from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
+  if others or methods.assigns_self(apply):
     plan = methods.prepare(up, node, info, apply)
-    if not plan.helpers and plan.why is None:
+    if others and not plan.helpers and plan.why is None:
       # helpers that make modules for their caller (legacy seq2seq's
       # _create_modules): rewritten where they are (rules/helpers.py)
       plan = None
@@ -1393,10 +1406,8 @@ def convert_class(up, node, info, plain=False):
   if rw.rename is not None:
     # names written in any method (helpers making submodules for apply)
     up.ctx.report.renames.append(rw.rename.entry(info, legacy_methods))
-  bases = [b.with_changes(value=_expr('flax.linen.Module'))
-           if facts_lib.dotted(b.value) in ('flax.nn.Module',
-                                            'flax.deprecated.nn.Module')
-           else b for b in node.bases]
+  bases = [b.with_changes(value=_expr(_linen_base(b.value, up)))
+           if _linen_base(b.value, up) else b for b in node.bases]
   return node.with_changes(bases=bases,
                            body=node.body.with_changes(body=new_body))
 
