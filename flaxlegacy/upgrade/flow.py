@@ -29,7 +29,11 @@ Values flow through assignments (also tuple unpacking), ``self`` attributes
 (set in any method, read in any), default arguments, the arguments of every
 call the codebase makes of its own functions, classes, methods and legacy
 module classes (direct calls, ``.partial``, ``.init`` / ``.call``),
-containers and subscripts, returns, and imports across files.  A function
+containers and subscripts, returns, imports across files,
+``functools.partial(f, k=v)`` of a codebase function (and jax transforms of
+it), and library calls that return their argument's structure
+(``SAME_STRUCTURE``: ``jax_utils.replicate``, ``restore_checkpoint``'s
+target, ``tree_map``).  A function
 the codebase never calls, or uses as a value (a callback), or a
 ``@gin.configurable`` one, has ``unknown`` arguments: the codebase is taken
 as closed except where it shows that it is not.  ``--observe`` facts (values
@@ -56,6 +60,20 @@ NONE = ('none',)
 OTHER = ('other',)
 COLLECTION = ('collection',)
 MAX_ROUNDS = 12
+# library functions that return a value of the same structure (the same
+# legacy objects) as one argument: name -> (position, keyword)
+SAME_STRUCTURE = {
+    'flax.jax_utils.replicate': (0, 'tree'),
+    'flax.jax_utils.unreplicate': (0, 'tree'),
+    'jax.device_get': (0, 'x'),
+    'jax.device_put': (0, 'x'),
+    'jax.tree_map': (1, 'tree'),
+    'jax.tree_multimap': (1, 'tree'),
+    'jax.tree_util.tree_map': (1, 'tree'),
+    'jax.tree_util.tree_multimap': (1, 'tree'),
+    # the target when there is no checkpoint, else one restored into it
+    'flax.training.checkpoints.restore_checkpoint': (1, 'target'),
+}
 # kinds of values a legacy object rewrite cares about
 MODULE_KINDS = ('class', 'layer')
 
@@ -378,6 +396,10 @@ class Flow:
         if (name.split('.')[-1] in JAX_WRAPPERS
             and name.split('.')[0] in ('jax', 'flax') and c[3].args):
           # jax.jit(f): f is called through the wrapper's calls
+          call_nodes.add(id(c[3].args[0].value))
+        if _partial_of_function(c[3]):
+          # functools.partial(f, k=v): f is called through the partial's
+          # calls (its keywords bound here, see _call)
           call_nodes.add(id(c[3].args[0].value))
     for rel, qual, node in self.loads:
       if id(node) in call_nodes:
@@ -721,7 +743,17 @@ class Flow:
           return {('tuple*', o) for o in opts} | rest
         return opts | rest
     if facts_lib.dotted(f) == 'functools.partial' and call.args:
-      return self._partial(rel, qual, call.args[0].value, call.args[1:])
+      out = self._partial(rel, qual, call.args[0].value, call.args[1:])
+      if _partial_of_function(call):
+        # functools.partial(f, k=v) of a codebase function: f, called with
+        # the remaining arguments (its keywords are bound by _call)
+        out.discard(UNKNOWN)
+        for v in self.expr_values(rel, qual, call.args[0].value):
+          if v[0] in ('func', 'wrapped'):
+            out.add(v)
+          elif v[0] not in ('class', 'layer'):
+            out.add(UNKNOWN)
+      return out
     name = facts_lib.dotted(f) or ''
     if (name.split('.')[-1] in JAX_WRAPPERS and name.split('.')[0] in (
         'jax', 'flax') and call.args and call.args[0].keyword is None):
@@ -755,7 +787,12 @@ class Flow:
       return out
     out = set()
     for v in self.expr_values(rel, qual, f):
-      if v[0] == 'func':
+      if v[0] == 'ext' and v[1] in SAME_STRUCTURE:
+        # jax_utils.replicate(x), restore_checkpoint(d, target): x's values
+        arg = _argument(call, *SAME_STRUCTURE[v[1]])
+        out |= (self.expr_values(rel, qual, arg) if arg is not None
+                else {UNKNOWN})
+      elif v[0] == 'func':
         out |= self.values.get(('r', v[1], v[2]), set()) or set()
         if (v[1], v[2]) not in self.defs:
           out.add(UNKNOWN)
@@ -848,6 +885,15 @@ class Flow:
         d = self.defs.get((v[1], f'{v[2]}.__call__'))
         if d is not None:
           targets.append((d, 0, 1))
+    if _partial_of_function(call):
+      # functools.partial(f, k=v): the keywords it binds go to f's
+      # parameters (the rest come with the calls of the partial)
+      for v in self.expr_values(rel, qual, call.args[0].value):
+        if v[0] in ('func', 'wrapped'):
+          d = self.defs.get((v[1], v[2]))
+          if d is not None:
+            changed |= self._bind_args(rel, qual, d, call.args[1:], None,
+                                       1 if d.is_method else 0)
     if method is None and isinstance(f, cst.Attribute):
       # obj.m(...) / self.m(...): a method of a class of the codebase
       for v in self._receiver_classes(rel, qual, f.value):
@@ -944,6 +990,31 @@ _BUILTINS = frozenset(('len', 'range', 'int', 'float', 'str', 'list', 'dict',
                        'property', 'staticmethod', 'classmethod', 'map',
                        'filter', 'iter', 'next', 'reversed', 'round', 'bool',
                        'repr', 'format', 'open', 'id', 'hash', 'vars'))
+
+
+def _partial_of_function(call):
+  """``functools.partial(f, k=v, ...)`` binding keywords only (a call of
+  the partial passes f's positional arguments as they are)."""
+  return (facts_lib.dotted(call.func) == 'functools.partial' and call.args
+          and call.args[0].keyword is None and not call.args[0].star
+          and isinstance(call.args[0].value, (cst.Name, cst.Attribute))
+          and all(a.keyword is not None for a in call.args[1:]))
+
+
+def _argument(call, pos, keyword):
+  """The argument of ``call`` at position ``pos`` or named ``keyword``
+  (None if absent or splatted)."""
+  i = 0
+  for a in call.args:
+    if a.star:
+      return None
+    if a.keyword is None:
+      if i == pos:
+        return a.value
+      i += 1
+    elif a.keyword.value == keyword:
+      return a.value
+  return None
 
 
 def _kept_model(func, file_facts):

@@ -186,6 +186,28 @@ def optimizer_kept(codebase, site, model_class=None):
   return None
 
 
+def kept_definitions(codebase, rel, model_class=None):
+  """{(scope, name) or id(call): why} for the variables (or the inline
+  ``optim.X(...)`` calls) of file ``rel`` whose legacy
+  optimizer definition makes an optimizer the upgrade keeps
+  (``optimizer_def.create(model)`` kept): the definition stays legacy too,
+  or the kept ``create`` would be called on an optax transformation."""
+  flow = _flow(codebase)
+  if flow is None:
+    return {}
+  out = {}
+  for site, (r, qual, call) in flow.optimizer_sites.items():
+    base = call.func.value if isinstance(call.func, cst.Attribute) else None
+    if r != rel or not isinstance(base, (cst.Name, cst.Call)):
+      continue
+    why = optimizer_kept(codebase, site, model_class)
+    if why:
+      # optim.X(...).create(model): the call itself (its id)
+      out[(qual, base.value) if isinstance(base, cst.Name)
+          else id(base)] = why
+  return out
+
+
 def kept_optimizers(codebase, vals, model_class=None):
   """The reasons optimizers among ``vals`` stay legacy."""
   out = []
@@ -195,6 +217,38 @@ def kept_optimizers(codebase, vals, model_class=None):
       if why:
         out.append(why)
   return out
+
+
+def name_kept(codebase, rel, qual, name, model_class=None):
+  """Why the variable ``name`` (seen in scope ``qual``) holds an optimizer
+  or an nn.Model the upgrade keeps legacy, or None: every use of it stays
+  legacy too."""
+  flow = _flow(codebase)
+  if flow is None:
+    return None
+  vals = flow.name_values(rel, qual, name)
+  kept = kept_optimizers(codebase, vals, model_class)
+  if kept:
+    return f'it holds a legacy optimizer the upgrade keeps ({kept[0]})'
+  for v in vals:
+    if v[0] == 'model' and v[1][0] == 'm':
+      why = model_kept(codebase, v[1], model_class)
+      if why:
+        return f'it holds an nn.Model the upgrade keeps ({why})'
+  return None
+
+
+def model_kept(codebase, site, model_class=None):
+  """Why the model of the ``nn.Model(M, params)`` call at ``site`` stays
+  an nn.Model (the program rules keep the call), or None."""
+  # Only where it reaches such a place: the program rules keep the call
+  # then, whatever its module (a module they cannot name where the model
+  # is made is their decision there, taken on more than these facts).  One
+  # text: the places are listed where the model is made, and a TODO must
+  # read the same when the upgrade runs again.
+  if _site_reach(codebase, site, model_class):
+    return 'it goes where its module is not known'
+  return None
 
 
 def kept_models(codebase, rel, qual, expr, model_class=None):

@@ -479,6 +479,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     self._todos = []
     self.f = ctx.facts
     self.codebase = ctx.codebase
+    self._kept_names = {}  # (scope, name) -> why its object is kept
+    # optimizer definitions whose create(...) stays legacy: they stay too
+    self._kept_defs = None
+    self._kept_def_calls = set()  # ids of those optim.X(...) calls
     self.model_class = _codebase_model_class(ctx.codebase,
                                              _rel_of(ctx.codebase, ctx.facts))
     self.nn_file = bool(ctx.facts.nn_prefixes)
@@ -553,8 +557,35 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return full[len('flax.optim.'):]
     return None
 
+  def _kept_name(self, node):
+    """Why the optimizer or model variable ``node`` (a Name) holds stays
+    legacy (flow.py): its uses are not rewritten, and the first one says
+    so."""
+    key = (self._qual(), node.value)
+    if key not in self._kept_names:
+      why = objects.name_kept(self.codebase, self.f.path, self._qual(),
+                              node.value, self.model_class)
+      self._kept_names[key] = why
+      if why and not self._flagged(node.value):
+        # (a parameter says it where it is defined)
+        self.todo(node, f'{node.value!r}: {why}; every place it reaches '
+                  'stays legacy: port by hand')
+    return self._kept_names[key]
+
+  def _flagged(self, name):
+    """Whether ``name`` is a parameter that already carries a TODO (its
+    kind set to None where its function is defined)."""
+    s = self.scope
+    while s is not None:
+      if name in s.kinds:
+        return s.kinds[name] is None
+      s = s.parent
+    return False
+
   def kind_of(self, expr):
     if isinstance(expr, cst.Name):
+      if self._kept_name(expr):
+        return None
       return self.scope.kind(expr.value)
     if isinstance(expr, cst.Attribute):
       if expr.attr.value == 'target' and self.kind_of(expr.value) == OPT:
@@ -786,9 +817,22 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return updated_node
 
   # -- assignments: types, tuple-producing calls --
+  def _kept_definitions(self):
+    """objects.kept_definitions for this file (computed once)."""
+    if self._kept_defs is None:
+      self._kept_defs = objects.kept_definitions(self.codebase, self.f.path,
+                                                 self.model_class)
+    return self._kept_defs
+
   def visit_Assign(self, node):
     v = node.value
     self._assign_values.add(id(v))
+    if (self._kept_definitions() and len(node.targets) == 1
+        and isinstance(node.targets[0].target, cst.Name)
+        and isinstance(v, cst.Call) and (self._qual(),
+                                          node.targets[0].target.value)
+        in self._kept_defs):
+      self._kept_def_calls.add(id(v))
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
                                               cst.Name)
         and isinstance(v, cst.Call) and isinstance(v.func, (cst.Name,
@@ -1149,15 +1193,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     f = call.func
     method = None
     if isinstance(f, cst.Attribute) and self._module_method(f.attr.value) and (
-        (isinstance(f.value, cst.Name)
-         and self.scope.kind(f.value.value) == MODEL)
+        (isinstance(f.value, cst.Name) and self.kind_of(f.value) == MODEL)
         or (isinstance(f.value, cst.Attribute)
             and f.value.attr.value == 'target'
             and self.kind_of(f.value.value) == OPT)):
       # model.generate(z) of a legacy @nn.module_method
       method = f.attr.value
       f = f.value
-    if isinstance(f, cst.Name) and self.scope.kind(f.value) == MODEL:
+    if isinstance(f, cst.Name) and self.kind_of(f) == MODEL:
       model = f.value
       apply = self.apply_fn_for(model)
       if apply is not None and apply == f'{self._model_class_expr()}().apply':
@@ -1375,6 +1418,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     # optim.X(...) alone: the optax transformation
     name = self.is_optim(f) if isinstance(f, (cst.Name, cst.Attribute)
                                           ) else None
+    if name is not None and (id(original_node) in self._kept_def_calls or (
+        id(original_node) in self._kept_definitions())):
+      # the optimizer it creates stays legacy (a TODO there): so does it
+      return updated_node
     if name == 'ModelParamTraversal':
       return self._traversal(original_node, updated_node)
     if name == 'MultiOptimizer':
