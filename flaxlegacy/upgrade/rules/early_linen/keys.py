@@ -8,6 +8,8 @@ linen modules (calls ``.init(`` / ``.init_with_output(``) gets one TODO, on
 its first import of flax.linen: the same seed gives other initial
 parameters (trained parameters and checkpoints carry over unchanged).  In
 legacy processes flaxlegacy restores flax 0.3's keys (``linen_keys``).
+A file that imports only JAX (a test initialising a codebase's module) and
+that the rules rewrote gets it at its first ``init`` call (``jax_only``).
 """
 
 import re
@@ -29,9 +31,18 @@ def relevant(code, names):
 class Rule(_common.Rule):
   NAME = 'early_linen_keys'
 
-  def __init__(self, names, report, needed):
+  def __init__(self, names, report, needed, jax_only=False):
     super().__init__(names, report, needed)
     self._done = False
+    self.jax_only = jax_only
+
+  def leave_Call(self, original_node, updated_node):
+    f = original_node.func
+    if (self.jax_only and not self._done and isinstance(f, cst.Attribute) and
+        f.attr.value in ('init', 'init_with_output')):
+      self._done = True
+      self.todo(original_node, WHY)
+    return updated_node
 
   def _is_linen_import(self, node):
     if isinstance(node, cst.Import):
@@ -47,7 +58,7 @@ class Rule(_common.Rule):
     return False
 
   def leave_SimpleStatementLine(self, original_node, updated_node):
-    if self._done or not any(self._is_linen_import(s)
+    if self._done or self.jax_only or not any(self._is_linen_import(s)
                              for s in original_node.body):
       return updated_node
     self._done = True
