@@ -517,3 +517,48 @@ def test_upgraded_pop_remat_and_literal_run_on_todays_jax(
   assert got['grad'][0] == got['grad'][1] == got['grad'][2]
   assert got['params'] is True and got['state'] == ['batch_stats']
   assert got['index'] == [4294967295, 0, 'uint32']
+
+
+def test_keys_todo_reaches_a_jax_file_initialising_a_codebase_module(
+    tmp_path):
+  # flaxformer's relative_position_biases_test: imports only JAX, pins the
+  # numbers of a codebase module's init; the codebase shows a flax 0.3
+  # pattern elsewhere (``.unfreeze()``), so the test gets the keys TODO
+  src = tmp_path / 'src'
+  (src / 'pkg').mkdir(parents=True)
+  (src / 'pkg' / '__init__.py').write_text('')
+  (src / 'pkg' / 'biases.py').write_text(textwrap.dedent('''\
+      import flax.linen as nn
+
+      class Biases(nn.Module):
+        @nn.compact
+        def __call__(self, n):
+          return self.param('b', nn.initializers.normal(), (n,))
+  '''))
+  (src / 'pkg' / 'train.py').write_text(textwrap.dedent('''\
+      import flax
+
+      def thaw(variables):
+        return variables.unfreeze()
+  '''))
+  test = textwrap.dedent('''\
+      import jax
+      from pkg import biases
+
+      def test_values():
+        out, _ = biases.Biases().init_with_output(jax.random.PRNGKey(0), 3)
+        assert abs(out[0] - 0.55764728) < 1e-5
+  ''')
+  (src / 'pkg' / 'biases_test.py').write_text(test)
+  status, report = api.upgrade_paths([str(src)], out=str(tmp_path / 'a'))
+  assert status == 0
+  new = (tmp_path / 'a' / 'pkg' / 'biases_test.py').read_text()
+  assert new == test.replace(
+      'from pkg', f'# TODO(flaxlegacy upgrade): {keys.WHY}\nfrom pkg')
+  assert report['files']['pkg/biases_test.py']['left'] == [
+      {'line': 2, 'why': keys.WHY}]
+  # no flax 0.3 pattern anywhere (linen as the upgrade writes it): none
+  (src / 'pkg' / 'train.py').unlink()
+  status, report = api.upgrade_paths([str(src)], out=str(tmp_path / 'b'))
+  assert (tmp_path / 'b' / 'pkg' / 'biases_test.py').read_text() == test
+  assert not report['files']['pkg/biases_test.py']['left']

@@ -31,7 +31,10 @@ on today's linen with ``FLAXLEGACY=off``:
   source can change that, so a file that the rules above (not
   ``jax_calls``) rewrote (it is early linen, not linen the upgrade wrote
   from ``flax.nn``) and that initialises linen modules gets a TODO saying
-  so; in a file importing only JAX, at its first ``init`` call.
+  so; in a file importing only JAX, at its first ``init`` call; and a file
+  importing only JAX that initialises modules of a codebase file importing
+  flax.linen, where some file shows a flax 0.3 pattern, at that import
+  (``keys_across_files``, after every file is rewritten).
 
 Each rule is a libcst transformer over the whole file, run in the order
 of ``RULES``; all read the same ``LinenNames`` of the file (_common.py).
@@ -101,3 +104,46 @@ def run(file_facts, report, module, code=None):
   if needed:
     module = _common.add_imports(module, needed)
   return module
+
+
+def _early(report):
+  """Did the rules find a flax 0.3 pattern in the file (not ``jax_calls``)?"""
+  return any(r['rule'].startswith('early_linen_') and
+             r['rule'] != jax_calls.Rule.NAME for r in report.rewritten)
+
+
+def keys_across_files(files, codebase):
+  """The keys TODO in files that import only JAX and initialise a module of
+  a codebase file importing flax.linen, where some file of the codebase
+  shows a flax 0.3 pattern (a test pinning numbers of
+  ``relative_position_biases.RelativePositionBiases(...).init(...)``): run
+  after every file is rewritten (``api.upgrade_paths``).  ``files``: the
+  SourceFiles, with ``new_code`` and ``report``."""
+  if not any(_early(sf.report) for sf in files):
+    return  # no flax 0.3 pattern in the codebase (the upgrade's own linen)
+  linen = {rel for rel, f in codebase.files.items()
+           if _common.LinenNames(f.imports).imports_module('flax.linen')}
+  for sf in files:
+    facts = codebase.files.get(sf.rel)
+    code = sf.new_code
+    if facts is None or code is None or keys.WHY in code or not (
+        keys._INIT.search(code)):  # pylint: disable=protected-access
+      continue
+    names = _common.LinenNames(facts.imports)
+    if (any(names.imports_module(m) for m in _FLAX_TODAY) or
+        facts.imports.get('flax') == 'flax' or
+        not names.imports_module('jax')):
+      continue  # a flax file has its own (run); not a JAX file
+    linen_locals = [local for local in facts.imports if getattr(
+        codebase.imported_file(facts, local), 'path', None) in linen]
+    if not linen_locals:
+      continue
+    import libcst as cst  # pylint: disable=g-import-not-at-top
+    try:
+      module = cst.parse_module(code)
+    except cst.ParserSyntaxError:
+      continue
+    new = _common.apply(keys.Rule(names, sf.report, set(), True,
+                                  linen_locals), module)
+    if new is not module:
+      sf.new_code = new.code
