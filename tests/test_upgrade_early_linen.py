@@ -562,3 +562,23 @@ def test_keys_todo_reaches_a_jax_file_initialising_a_codebase_module(
   status, report = api.upgrade_paths([str(src)], out=str(tmp_path / 'b'))
   assert (tmp_path / 'b' / 'pkg' / 'biases_test.py').read_text() == test
   assert not report['files']['pkg/biases_test.py']['left']
+
+
+def test_legacy_flax_nn_file_gets_no_pop_or_keys_rules():
+  # a legacy flax.nn file imports no flax of today: the JAX-file rules
+  # (an initializer's dtype) apply, not pop / keys (its init is legacy's)
+  source = textwrap.dedent('''\
+      import jax
+      from flax import nn
+
+      def my_init(rng, shape):
+        return jax.random.normal(rng, shape)
+
+      rest, p = things.pop('params')
+      y = jax.remat(f, concrete=False)
+  ''')
+  new, report = api.upgrade_source(source, 'legacy.py')
+  assert "rest, p = things.pop('params')" in new
+  assert 'y = jax.remat(f)' in new
+  assert 'def my_init(rng, shape, dtype=None)' in new
+  assert not report.left

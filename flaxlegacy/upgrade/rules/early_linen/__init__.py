@@ -85,8 +85,12 @@ def run(file_facts, report, module, code=None):
     if not names.imports_module('jax'):
       return module
     # a JAX module: its initializers for linen layers, JAX call forms,
-    # removed JAX modules, and variables of an init it calls
-    rules, jax_only = JAX_RULES, True
+    # removed JAX modules, and variables of an init it calls (not in a
+    # file of legacy flax.nn / flax.optim: its init is legacy's)
+    if names.imports_module('flax'):
+      rules = (initializers, jax_calls, removed_modules)
+    else:
+      rules, jax_only = JAX_RULES, True
   code = module.code if code is None else code  # (``code``: the module's)
   needed = set()
   rewrote = len(report.rewritten)
@@ -130,10 +134,8 @@ def keys_across_files(files, codebase):
         keys._INIT.search(code)):  # pylint: disable=protected-access
       continue
     names = _common.LinenNames(facts.imports)
-    if (any(names.imports_module(m) for m in _FLAX_TODAY) or
-        facts.imports.get('flax') == 'flax' or
-        not names.imports_module('jax')):
-      continue  # a flax file has its own (run); not a JAX file
+    if names.imports_module('flax') or not names.imports_module('jax'):
+      continue  # a flax file has its own (run; legacy: none); not JAX
     linen_locals = [local for local in facts.imports if getattr(
         codebase.imported_file(facts, local), 'path', None) in linen]
     if not linen_locals:
