@@ -550,8 +550,12 @@ def test_keys_todo_reaches_a_jax_file_initialising_a_codebase_module(
         assert abs(out[0] - 0.55764728) < 1e-5
   ''')
   (src / 'pkg' / 'biases_test.py').write_text(test)
+  # ``.init(`` only in a docstring: no TODO
+  doc = 'import jax\nfrom pkg import biases\n"""Use biases.Biases().init(rng).\"""\n'
+  (src / 'pkg' / 'doc.py').write_text(doc)
   status, report = api.upgrade_paths([str(src)], out=str(tmp_path / 'a'))
   assert status == 0
+  assert (tmp_path / 'a' / 'pkg' / 'doc.py').read_text() == doc
   new = (tmp_path / 'a' / 'pkg' / 'biases_test.py').read_text()
   assert new == test.replace(
       'from pkg', f'# TODO(flaxlegacy upgrade): {keys.WHY}\nfrom pkg')

@@ -116,6 +116,23 @@ def _early(report):
              r['rule'] != jax_calls.Rule.NAME for r in report.rewritten)
 
 
+def _calls_init(module):
+  import libcst as cst  # pylint: disable=g-import-not-at-top
+
+  class Finder(cst.CSTVisitor):
+    found = False
+
+    def visit_Call(self, node):
+      f = node.func
+      if isinstance(f, cst.Attribute) and f.attr.value in (
+          'init', 'init_with_output'):
+        self.found = True
+
+  finder = Finder()
+  module.visit(finder)
+  return finder.found
+
+
 def keys_across_files(files, codebase):
   """The keys TODO in files that import only JAX and initialise a module of
   a codebase file importing flax.linen, where some file of the codebase
@@ -145,6 +162,8 @@ def keys_across_files(files, codebase):
       module = cst.parse_module(code)
     except cst.ParserSyntaxError:
       continue
+    if not _calls_init(module):
+      continue  # (``.init(`` in a docstring)
     new = _common.apply(keys.Rule(names, sf.report, set(), True,
                                   linen_locals), module)
     if new is not module:
