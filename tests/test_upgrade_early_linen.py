@@ -449,6 +449,7 @@ def test_remat_concrete_and_unsigned_literals():
       m = jnp.array(255, dtype='int8')
       n = np.uint16(-1)
       o = jnp.array(x, dtype=jnp.uint32)
+      q = jnp.array(-1, dtype=jnp.uint64)
   ''', 'import functools\nimport numpy as np\nimport jax.numpy as jnp\n')
   todo = '# TODO(flaxlegacy upgrade): '
   assert _body(new) == textwrap.dedent(f'''\
@@ -466,11 +467,13 @@ def test_remat_concrete_and_unsigned_literals():
       m = jnp.array(-1, dtype='int8')
       n = np.uint16(65535)
       o = jnp.array(x, dtype=jnp.uint32)
+      {todo}{jax_calls.WIDE}
+      q = jnp.array(-1, dtype=jnp.uint64)
   ''')
   assert {r['rule'] for r in report.rewritten} == {'early_linen_jax_calls'}
   # jax_calls alone is no flax 0.3 pattern: no TODO about keys
   assert sorted(t['why'] for t in report.left) == sorted(
-      [jax_calls.CONCRETE_VALUE, jax_calls.CONCRETE_TRUE])
+      [jax_calls.CONCRETE_VALUE, jax_calls.CONCRETE_TRUE, jax_calls.WIDE])
 
 
 NUMBERS = '''

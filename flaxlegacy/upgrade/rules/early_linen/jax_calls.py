@@ -14,7 +14,9 @@
   NumPy 1.x cast an out-of-range Python integer C-style (4294967295), which
   code relied on (flaxformer's decode index); NumPy 2 raises
   ``OverflowError``.  An integer literal (or a list / tuple of them) out of
-  the range of a named integer dtype becomes the value it was cast to.
+  the range of a named 8- to 32-bit integer dtype becomes the value it was
+  cast to; of a 64-bit one, a TODO (what it became depended on
+  ``jax_enable_x64``).
 """
 
 import libcst as cst
@@ -35,6 +37,11 @@ CONCRETE_TRUE = ('concrete=True: jax.checkpoint no longer has it (removed '
 CONCRETE_VALUE = ('concrete=<value>: jax.checkpoint no longer has it (removed '
                   'in jax 0.10.0); the upgrade passes it on only when true, '
                   'where today\'s JAX refuses it: use static_argnums there')
+
+
+WIDE = ('an integer literal out of its 64-bit dtype\'s range: NumPy 1.x cast '
+        'it C-style, then JAX to 32 bits unless jax_enable_x64; NumPy 2 raises '
+        'OverflowError; write the value it should have')
 
 
 def relevant(code, names):  # pylint: disable=unused-argument
@@ -102,6 +109,9 @@ class Rule(_common.Rule):
     else:
       value = _int_value(value_node)
       if value is None or _in_range(value, bits, signed):
+        return None
+      if bits == 64:  # its cast depends on jax_enable_x64 (32 bits if off)
+        self.todo(node if node is not None else value_node, WIDE)
         return None
       out = _literal(_wrapped(value, bits, signed)).with_changes(
           lpar=value_node.lpar, rpar=value_node.rpar)
