@@ -272,6 +272,9 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
     observed = observe_lib.run(observe, roots)
   codebase = _analyse(files, names, observed)
   _transform_all(files, codebase)
+  # the keys TODO where only the codebase says it is early linen
+  from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top
+  early_linen.keys_across_files(files, codebase)
   # the flaxlegacy helpers the tree uses, copied into it
   shipped = shipping.ship(files)
   added = [s for s in shipped if s.source_file is None]
