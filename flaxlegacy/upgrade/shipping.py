@@ -422,6 +422,17 @@ def _import_lines(home, module_name, local, names=None):
   return [f'from {mod} import {", ".join(names)}']
 
 
+def _split_import(stmt, keep, lines):
+  """The statements an import becomes: what it keeps of its own names (if
+  any), then the helper copy's import ``lines``; None when nothing moves."""
+  if not lines:
+    return None
+  out = [cst.parse_statement(l + '\n').body[0] for l in lines]
+  if keep:
+    out.insert(0, stmt.with_changes(names=_commas(keep)))
+  return out
+
+
 class _Imports(cst.CSTTransformer):
   """``from flaxlegacy.migrate import X as L`` -> the copy's import."""
 
@@ -449,12 +460,7 @@ class _Imports(cst.CSTTransformer):
             lines += _import_lines(self.home, self.module_name, local)
           else:
             keep.append(a)
-        if not lines:
-          return None
-        out = [cst.parse_statement(l + '\n').body[0] for l in lines]
-        if keep:
-          out.insert(0, stmt.with_changes(names=_commas(keep)))
-        return out
+        return _split_import(stmt, keep, lines)
       if _helper_module(mod):
         names = [_dotted(a.name) + (f' as {a.asname.name.value}'
                                     if a.asname else '')
@@ -470,12 +476,7 @@ class _Imports(cst.CSTTransformer):
                                  a.asname.name.value)
         else:
           keep.append(a)
-      if not lines:
-        return None
-      out = [cst.parse_statement(l + '\n').body[0] for l in lines]
-      if keep:
-        out.insert(0, stmt.with_changes(names=_commas(keep)))
-      return out
+      return _split_import(stmt, keep, lines)
     return None
 
   def leave_SimpleStatementLine(self, original_node, updated_node):
