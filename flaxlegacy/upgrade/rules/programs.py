@@ -1835,8 +1835,9 @@ def _spec_input(shape, dtype):
           f"'__iter__') else ({shape}, jnp.float32)))")
 
 
-def _drop_optim_import(module, optim_locals):
-  """Removes ``from flax import optim`` when nothing uses ``optim`` any more."""
+def _names_used(module, names, after_dots):
+  """Which of ``names`` the module uses outside its import statements;
+  ``after_dots``: a name after a dot (``x.optim``) counts too."""
   used = set()
 
   class V(walk.FastVisitor):
@@ -1847,12 +1848,23 @@ def _drop_optim_import(module, optim_locals):
     def visit_ImportFrom(self, node):
       return False
 
+    def visit_Attribute(self, node):
+      if after_dots:
+        return True
+      node.value.visit(self)  # not the name after the dot
+      return False
+
     def visit_Name(self, node):
-      if node.value in optim_locals:
+      if node.value in names:
         used.add(node.value)
 
   module.visit(V())
-  if used:
+  return used
+
+
+def _drop_optim_import(module, optim_locals):
+  """Removes ``from flax import optim`` when nothing uses ``optim`` any more."""
+  if _names_used(module, optim_locals, after_dots=True):
     return module, False
 
   class T(cst.CSTTransformer):
@@ -1912,26 +1924,7 @@ def _drop_unused_optim_names(module, f):
       'flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')}
   if not names:
     return module, set()
-  used = set()
-
-  class V(walk.FastVisitor):
-
-    def visit_Import(self, node):
-      return False
-
-    def visit_ImportFrom(self, node):
-      return False
-
-    def visit_Attribute(self, node):
-      node.value.visit(self)  # not the name after the dot
-      return False
-
-    def visit_Name(self, node):
-      if node.value in names:
-        used.add(node.value)
-
-  module.visit(V())
-  unused = names - used
+  unused = names - _names_used(module, names, after_dots=False)
   if not unused:
     return module, set()
 
