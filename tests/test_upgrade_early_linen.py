@@ -316,9 +316,14 @@ def test_upgraded_early_linen_computes_the_same_numbers(
   assert want['cpx_dense:params/Dense_0/kernel'][0] == '<c16'
 
 
+XLA_WHY = ('jax.lib.xla_client was removed from JAX; today: jaxlib.xla_client '
+           '(Device, Client, Shape, ...); jax.Device for type annotations')
+
+
 def test_removed_jax_modules():
-  # flaxformer's sharded_jit.PartitionSpec has a home today; xla_client's
-  # names (scenic's PaddingType) have none: a TODO, at the import and at a
+  # flaxformer's sharded_jit.PartitionSpec has a home today; xla_client
+  # used both for a name only the stand-in has (PaddingType) and one only
+  # jaxlib has (Device) has none: a TODO, at the import and at a
   # spelled-out chain.
   source = textwrap.dedent('''\
       import jax
@@ -326,20 +331,99 @@ def test_removed_jax_modules():
       from jax.interpreters import sharded_jit
       xc = jax.lib.xla_client
       spec = sharded_jit.PartitionSpec('data', None)
+      both = (xc.PaddingType.SAME, xla_client.Device)
   ''')
   new, report = api.upgrade_source(source, 'layers.py')
-  why = ('jax.lib.xla_client was removed from JAX; today: jaxlib.xla_client '
-         '(Device, Client, Shape, ...); jax.Device for type annotations')
   assert new == textwrap.dedent(f'''\
       import jax
-      # TODO(flaxlegacy upgrade): {why}
+      # TODO(flaxlegacy upgrade): {XLA_WHY}
       from jax.lib import xla_client
       from jax import sharding as sharded_jit
-      # TODO(flaxlegacy upgrade): {why}
+      # TODO(flaxlegacy upgrade): {XLA_WHY}
       xc = jax.lib.xla_client
       spec = sharded_jit.PartitionSpec('data', None)
+      both = (xc.PaddingType.SAME, xla_client.Device)
   ''')
   assert sorted(t['line'] for t in report.left) == [2, 4]
+
+
+@pytest.mark.parametrize('uses, want', [
+    # only the stand-in's own names: the stand-in, shipped beside the code
+    ('xc.PaddingType.SAME', 'from flaxlegacy.compat import xla_client'),
+    ('jax.lib.xla_client.PaddingType.VALID',
+     'from flaxlegacy.compat import xla_client'),
+    # only names today's jaxlib.xla_client has
+    ('xla_client.Device', 'from jaxlib import xla_client'),
+    # a private name, one neither has, the module handed on: TODO
+    ('xc._xla', None),
+    ('xc.XlaBuilder', None),
+    ('print(xc)', None),
+])
+def test_xla_client_served_by_what_the_file_uses(uses, want):
+  source = textwrap.dedent(f'''\
+      import jax
+      from jax.lib import xla_client
+      def f():
+        xc = jax.lib.xla_client
+        return {uses}
+  ''')
+  new, report = api.upgrade_source(source, 'layers.py')
+  if want is None:
+    assert [t['why'] for t in report.left] == [XLA_WHY] * 2
+    assert 'from jax.lib import xla_client' in new
+  else:
+    assert not report.left
+    assert new.splitlines()[1] == want
+    assert '  xc = xla_client\n' in new
+    assert 'jax.lib' not in new
+
+
+PADS = textwrap.dedent('''\
+    import jax
+    import jax.numpy as jnp
+
+    def pads(in_shape, window_shape, strides, padding):
+      xc = jax.lib.xla_client
+      if isinstance(padding, str):
+        mapping = {'VALID': xc.PaddingType.VALID, 'SAME': xc.PaddingType.SAME}
+        padding = mapping[padding.upper()]
+      if padding == xc.PaddingType.SAME:
+        out = -(-in_shape // strides)
+        size = jnp.maximum((out - 1) * strides + window_shape - in_shape, 0)
+        return jnp.stack([size // 2, size - size // 2], axis=1)
+      elif padding == xc.PaddingType.VALID:
+        return jnp.zeros((len(window_shape), 2), jnp.int32)
+      raise TypeError(padding)
+''')
+RUN_PADS = ('import json, jax.numpy as jnp, pads as p; print(json.dumps(['
+            'p.pads(jnp.array(s), jnp.array([3, 2]), jnp.array([2, 1]), m)'
+            '.tolist() for s in ([7, 5], [8, 4]) for m in (\'same\', \'VALID\')]))')
+
+
+def test_xla_client_padding_type_runs_without_flaxlegacy(
+    tmp_path, python_without_flaxlegacy):
+  # scenic's masked layers map 'SAME' / 'VALID' to xla_client.PaddingType:
+  # upgraded, the enum comes from the helper copy, and the padding numbers
+  # are those of the original under the layer.
+  src = tmp_path / 'src'
+  src.mkdir()
+  (src / 'pads.py').write_text(PADS)
+  status, report = api.upgrade_paths([str(src)], out=str(tmp_path / 'out'))
+  assert status == 0 and report['summary']['todos'] == 0, report
+  assert sorted(report['shipped'][0]['names']) == ['PaddingType']
+  assert flaxlegacy_outside_comments(tmp_path / 'out') == []
+  helpers = (tmp_path / 'out' / 'legacy_helpers.py').read_text()
+  assert 'class PaddingType(enum.Enum)' in helpers
+  assert '__getattr__' not in helpers
+  original = run_python(RUN_PADS, env={'FLAXLEGACY': 'on',
+                                       'PYTHONPATH': str(src)})
+  rewritten = subprocess.run(
+      [python_without_flaxlegacy, '-c', RUN_PADS], env=standalone_env.env(),
+      cwd=str(tmp_path / 'out'), capture_output=True, text=True, timeout=300)
+  assert rewritten.returncode == 0, rewritten.stderr[-3000:]
+  want = json.loads(original.stdout.splitlines()[-1])
+  assert json.loads(rewritten.stdout.splitlines()[-1]) == want
+  assert want[0] == [[1, 1], [0, 1]]  # SAME on (7, 5), window (3, 2)
 
 
 # -- FrozenDict.pop on an init's variables; JAX call forms ------------------

@@ -41,7 +41,10 @@ MODULES = tuple(f'{PACKAGE}.{m}' for m in (
     'upgraded_attention')) + (
         # jax.lib.xla_bridge (removed from JAX) -> its flaxlegacy stand-in
         # (rules/jax_names.py, the names table)
-        'flaxlegacy.compat.xla_bridge',)
+        'flaxlegacy.compat.xla_bridge',
+        # jax.lib.xla_client's PaddingType (rules/early_linen/
+        # removed_modules.py)
+        'flaxlegacy.compat.xla_client')
 NAME = 'legacy_helpers'
 HEADER = '# Written by flaxlegacy upgrade'
 _DOC = '"""Helpers for code upgraded from legacy Flax (flax.nn / flax.optim)."""'
@@ -103,7 +106,9 @@ class _Helpers:
       if names is None:
         raise RuntimeError(f'{module}.py:{stmt.lineno}: a top-level statement '
                            'the helper copy cannot carry')
-      if names == ['__all__']:
+      if names == ['__all__'] or names in (['__getattr__'], ['__dir__']):
+        # a module's attribute hooks serve the layer's stand-in module
+        # (compat/xla_client.py), never names the upgraded tree imports
         continue
       start = min([stmt.lineno] + [d.lineno for d in getattr(
           stmt, 'decorator_list', ())])

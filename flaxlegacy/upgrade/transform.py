@@ -58,6 +58,9 @@ class Context:
     # once into the file after its imports (rules/splat.py)
     self.needed_defs = {}
     self.line_offset = 0
+    # removed module -> what it becomes in this file (rules/early_linen/
+    # removed_modules.py ``served_renames``)
+    self.served = {}
 
   def line(self, node):
     pos = self.positions.get(node)
@@ -144,7 +147,7 @@ class Upgrader(TodoComments, cst.CSTTransformer):
   def leave_Import(self, original_node, updated_node):
     self._in_import -= 1
     new = imports_rule.rewrite_import(updated_node) or jax_names.rename_import(
-        updated_node)
+        updated_node, self.ctx.served)
     if new is not None:
       self.rewrote(original_node, 'imports', 'import -> linen / modern path')
       return new
@@ -173,7 +176,7 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       # rules/early_linen/removed_modules.py)
       if q in jax_names.UNSURE and q not in jax_names.REMOVED_MODULES:
         self.todo(original_node, jax_names.UNSURE[q])
-    new = jax_names.rename_import_from(updated_node)
+    new = jax_names.rename_import_from(updated_node, self.ctx.served)
     if new is not None:
       self.rewrote(original_node, 'jax_names', 'import of a removed JAX / NumPy / Python name')
       return new
@@ -201,14 +204,15 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       return jax_names.expr('flax.linen')
     q = jax_names.qualify(original_node, self.ctx.facts.imports)
     moved = jax_names.rename_module_attribute(original_node,
-                                              self.ctx.facts.imports)
+                                              self.ctx.facts.imports,
+                                              self.ctx.served)
     if moved is not None:
-      self.rewrote(original_node, 'jax_names', f'{q} -> '
-                   f'{jax_names.MODULE_RENAMES[q]}')
-      target = jax_names.MODULE_RENAMES[q]
-      if target.startswith('flaxlegacy.'):
+      target = self.ctx.served.get(q) or jax_names.MODULE_RENAMES[q]
+      self.rewrote(original_node, 'jax_names', f'{q} -> {target}')
+      if target.startswith('flaxlegacy.') or q in self.ctx.served:
         # the layer's stand-in (jax.lib.xla_bridge): imported by name, so
-        # that shipping.py copies it beside the code like other helpers
+        # that shipping.py copies it beside the code like other helpers;
+        # jax.lib.xla_client -> jaxlib.xla_client, as the import says
         self.ctx.needed_imports.add(target)
         return cst.Name(target.rpartition('.')[2])
       return moved
@@ -519,6 +523,11 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   upgrader = Upgrader(ctx)
   if statement_texts is None:
     statement_texts = [module.code_for_node(s) for s in module.body]
+  from flaxlegacy.upgrade.rules.early_linen import removed_modules  # pylint: disable=g-import-not-at-top
+  if any(m.rsplit('.', 1)[-1] in t for t in statement_texts
+         for m in removed_modules.STAND_INS):
+    ctx.served = removed_modules.served_renames(''.join(statement_texts),
+                                                file_facts.imports)
   relevant = _relevance(file_facts, codebase)
   line = 1 + sum(1 for _ in module.header)
   body = []

@@ -282,8 +282,12 @@ def rewrite_call(node, q, imports, code_of):
   return None
 
 
-def rename_import_from(node):
-  """``from jax.config import config`` -> ``from jax import config`` etc."""
+def rename_import_from(node, served=None):
+  """``from jax.config import config`` -> ``from jax import config`` etc.
+
+  ``served``: {removed module: what it becomes in this file}
+  (rules/early_linen/removed_modules.py ``served_renames``)."""
+  renames = {**MODULE_RENAMES, **served} if served else MODULE_RENAMES
   if node.relative or node.module is None:
     return None
   mod = dotted(node.module)
@@ -292,14 +296,14 @@ def rename_import_from(node):
   if mod == 'jax.config' and all(
       dotted(a.name) == 'config' for a in node.names):
     return node.with_changes(module=cst.Name('jax'))
-  if mod in MODULE_RENAMES and MODULE_RENAMES[mod]:
-    return node.with_changes(module=expr(MODULE_RENAMES[mod]))
+  if mod in renames and renames[mod]:
+    return node.with_changes(module=expr(renames[mod]))
   # from jax.experimental import optimizers[, stax] -> from
   # jax.example_libraries import ...; names that stay keep their module
   moved, kept = {}, []
   for a in node.names:
     full = f'{mod}.{dotted(a.name)}'
-    target = MODULE_RENAMES.get(full) or _importable(NAME_RENAMES.get(full))
+    target = renames.get(full) or _importable(NAME_RENAMES.get(full))
     if target:
       new_mod, _, new_name = target.rpartition('.')
       asname = a.asname or (cst.AsName(name=cst.Name(dotted(a.name)))
@@ -356,27 +360,29 @@ def _commas(names):
           for i, a in enumerate(names)]
 
 
-def rename_module_attribute(node, imports):
+def rename_module_attribute(node, imports, served=None):
   """``jax.experimental.optimizers`` spelled out from ``jax`` (an
   attribute chain, ``jax.experimental.optimizers.l2_norm(g)``) -> the
-  module's new path, or None."""
+  module's new path (``served`` as for ``rename_import_from``), or None."""
+  renames = {**MODULE_RENAMES, **served} if served else MODULE_RENAMES
   q = qualify(node, imports)
-  if q not in MODULE_RENAMES or not MODULE_RENAMES[q]:
+  if q not in renames or not renames[q]:
     return None
   if dotted(node) != q:  # through an alias of a parent module: not here
     return None
-  return expr(MODULE_RENAMES[q])
+  return expr(renames[q])
 
 
-def rename_import(node):
+def rename_import(node, served=None):
   """``import jax.experimental.optimizers [as o]`` -> example_libraries."""
+  renames = {**MODULE_RENAMES, **served} if served else MODULE_RENAMES
   changed = False
   names = []
   for a in node.names:
     full = dotted(a.name)
-    if full in MODULE_RENAMES and MODULE_RENAMES[full] and (
-        a.asname or MODULE_RENAMES[full].split('.')[0] == full.split('.')[0]):
-      names.append(a.with_changes(name=expr(MODULE_RENAMES[full])))
+    if full in renames and renames[full] and (
+        a.asname or renames[full].split('.')[0] == full.split('.')[0]):
+      names.append(a.with_changes(name=expr(renames[full])))
       changed = True
     else:
       names.append(a)

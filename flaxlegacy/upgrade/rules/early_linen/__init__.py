@@ -25,8 +25,9 @@ on today's linen with ``FLAXLEGACY=off``:
   ``jnp.array(-1, dtype=jnp.uint32)``: an integer literal out of its
   dtype's range -> the value NumPy 1.x cast it to (also in files importing
   only JAX).
-* ``removed_modules``: ``from jax.lib import xla_client`` keeps a TODO
-  (nothing in today's JAX has its names).
+* ``removed_modules``: ``jax.lib.xla_client`` becomes the shipped stand-in
+  where a file uses only ``PaddingType`` of it, ``jaxlib.xla_client`` where
+  only names that module still has; else its import keeps a TODO.
 * ``keys``: flax 0.3 derived parameter keys differently; nothing in the
   source can change that, so a file that the rules above (not
   ``jax_calls``) rewrote (it is early linen, not linen the upgrade wrote
