@@ -249,3 +249,128 @@ def test_list_default_becomes_a_field_with_a_factory(tmp_path):
   _check_one(report, tmp_path,
              [('Net', [((2, 4), 'float32')], {}),
               ('Net', [((2, 4), 'float32')], {'block_sizes': [1, 2]})])
+
+
+# -- verification at the shapes a codebase's own tests initialise ----------
+
+_PKG_MODELS = '''
+import jax, jax.numpy as jnp
+from flax import nn
+
+
+class Block(nn.Module):
+  def apply(self, x, width=3, act=jax.nn.relu, dtype=jnp.float32):
+    return act(nn.Dense(x, width, dtype=dtype))
+
+
+class Net(nn.Module):
+  def apply(self, x, shift, cfg, train=True):
+    x = Block(x, width=cfg.width) + shift
+    return nn.BatchNorm(x, use_running_average=not train)
+'''
+_PKG_CONFIG = '''
+import dataclasses
+
+
+@dataclasses.dataclass
+class Config:
+  width: int = 4
+'''
+_PKG_TEST = '''
+import jax, jax.numpy as jnp
+from flax import nn
+from pkg import config, models
+
+
+def test_build():
+  key = jax.random.PRNGKey(0)
+  models.Block.partial(width=5, act=jax.nn.tanh).init_by_shape(
+      key, [((2, 3), jnp.float32)])
+  with nn.stateful():
+    models.Net.create(key, jnp.ones((2, 3)), shift=jnp.arange(4.),
+                      cfg=config.Config(), train=False)
+
+  class Local(nn.Module):  # defined inside a function: not importable
+    def apply(self, x):
+      return nn.Dense(x, 2)
+  Local.init(key, jnp.ones((1, 2)))
+'''
+
+
+def _pkg(tmp_path):
+  src = tmp_path / 'src'
+  (src / 'pkg').mkdir(parents=True)
+  (src / 'pkg' / '__init__.py').write_text('')
+  (src / 'pkg' / 'models.py').write_text(_PKG_MODELS)
+  (src / 'pkg' / 'config.py').write_text(_PKG_CONFIG)
+  (src / 'pkg' / 'build_test.py').write_text(_PKG_TEST)
+  return src
+
+
+def _record(src, inits):
+  from flaxlegacy.upgrade import observe  # pylint: disable=g-import-not-at-top
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, str(src)]),
+             JAX_PLATFORMS='cpu', FLAXLEGACY='on')
+  env[observe.INITS_ENV] = str(inits)
+  proc = subprocess.run(
+      [sys.executable, '-m', 'pytest', '-q', '-p', 'no:cacheprovider',
+       '-p', 'no:xdist', 'pkg/build_test.py'], cwd=str(src), env=env,
+      capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  inside = {}
+  return observe.read_inits(str(inits), inside), inside
+
+
+def _module_checks(recorded, report):
+  mods = {(m['file'], m['class']): m for m in report['modules']}
+  checks = []
+  for (path, qual), recs in sorted(recorded.items()):
+    if '<locals>' in qual:
+      continue
+    m = mods[('pkg/models.py', qual)]
+    for r in recs:
+      checks.append(dict(class_name=qual, inputs=r['inputs'],
+                         hyper=r['hyper'], fields=m['fields'], call=m['call'],
+                         var_kw=m['var_kw'], legacy_module=r['module'],
+                         upgraded_module=r['module']))
+  return checks
+
+
+def test_inits_recorded_from_tests_verify_in_module_mode(tmp_path):
+  # FLAXLEGACY_RECORD_INITS records each top-level initialisation of the
+  # tests (class, input shapes, hyper-parameters: ints, an importable
+  # function, an array, a config object by pickle), and which classes ran
+  # inside which; the recorded checks verify the upgraded package imported
+  # as the codebase imports it (benchmarks/corpus --verify).
+  src = _pkg(tmp_path)
+  report = _upgrade(str(src), tmp_path / 'out')
+  recorded, inside = _record(src, tmp_path / 'inits')
+  models = str(src / 'pkg' / 'models.py')
+  assert sorted(q for _, q in recorded) == [
+      'Block', 'Net', 'test_build.<locals>.Local']
+  block, = recorded[(models, 'Block')]
+  assert block['inputs'] == [[[2, 3], 'float32']]
+  assert block['hyper'] == {'act': {'__callable__': 'jax.numpy:tanh'},
+                            'width': 5}
+  net, = recorded[(models, 'Net')]
+  assert sorted(net['hyper']) == ['cfg', 'shift', 'train']
+  assert net['hyper']['shift']['__array__'] == [0.0, 1.0, 2.0, 3.0]
+  assert '__pickle__' in net['hyper']['cfg']
+  ours = {k: v for k, v in inside.items() if k[0].startswith(str(src))}
+  assert ours == {(models, 'Block'): {(models, 'Net')}}
+  # layers applied inside are recorded too (flaxlegacy's Dense in all three)
+  assert len([k for k in inside if k[1] == 'Dense']) == 1
+  checks = _module_checks(recorded, report)
+  results = verify.verify_modules(None, None, checks,
+                                  roots=(str(src), str(tmp_path / 'out')))
+  assert [r['status'] for r in results] == ['ok', 'ok'], results
+  # the same checks on a tampered upgrade fail
+  tampered = tmp_path / 'out' / 'pkg' / 'models.py'
+  text = tampered.read_text()
+  assert 'x = Block(width=self.cfg.width)(x) + self.shift' in text, text
+  tampered.write_text(text.replace(
+      'Block(width=self.cfg.width)(x) + self.shift',
+      'Block(width=self.cfg.width)(x) - self.shift'))
+  results = verify.verify_modules(None, None, checks,
+                                  roots=(str(src), str(tmp_path / 'out')))
+  assert [r['status'] for r in results] == ['ok', 'mismatch'], results

@@ -49,6 +49,7 @@ flaxlegacy's shipped modules); the records say which.
 """
 
 import argparse
+import collections
 import fnmatch
 import glob
 import json
@@ -251,8 +252,9 @@ def parse_junit(path, relfile):
   return cases
 
 
-def run_file(cb, side, relfile, src, args):
+def run_file(cb, side, relfile, src, args, more_env=None):
   python, pre_path, extra_env = side_command(side, cb, args)
+  extra_env = dict(extra_env, **(more_env or {}))
   check_python(python, '%s side (%s)' % (side, cb['name']))
   env = dict(os.environ)
   for k in ('PYTHONPATH', 'XLA_FLAGS', 'FLAXLEGACY', 'VIRTUAL_ENV'):
@@ -472,6 +474,148 @@ def cmd_run(corpus, args):
 _ADDRESS = re.compile(r' at 0x[0-9a-fA-F]+')
 
 
+def _dotted_module(cb, rel):
+  """``pkg/sub/mod.py`` -> ``pkg.sub.mod``, relative to the codebase's
+  PYTHONPATH entry that holds it."""
+  for entry in cb.get('pythonpath', ['.']):
+    entry = os.path.normpath(entry)
+    if entry == '.' or rel.startswith(entry + os.sep):
+      sub = rel if entry == '.' else rel[len(entry) + 1:]
+      return sub[:-3].replace(os.sep, '.')
+  return None
+
+
+def verify_codebase(cb, corpus, args):
+  """``--verify``: every module class the upgrade rewrote, checked
+  numerically (flaxlegacy/upgrade/verify.py) at the shapes and
+  hyper-parameters the codebase's own tests initialise it with.
+
+  1. The tests run under the layer (the flaxlegacy side's command) with
+     ``FLAXLEGACY_RECORD_INITS``: every top-level legacy initialisation is
+     recorded (observe.py ``record_inits``).
+  2. For each class of the upgrade's ``modules`` (upgrade.json), each
+     recorded initialisation (up to three) is one check: the legacy module
+     from the source tree against the upgraded one from the upgraded tree,
+     each imported as the codebase imports it.
+  A class is "verified" when all its checks match; the rest are counted by
+  why: a mismatch, an error (on which side), initialised at top level by no
+  test (it runs only inside other modules), or only with values a check
+  cannot rebuild (a module class as hyper-parameter, a non-array input).
+  Writes RESULTS/raw/NAME/verify.json.
+  """
+  sys.path.insert(0, args.flaxlegacy_path)
+  from flaxlegacy.upgrade import observe  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade import verify  # pylint: disable=g-import-not-at-top
+  src = extract(cb, corpus, args)
+  dest = os.path.join(args.workdir, cb['name'], 'upgraded')
+  if args.force or not os.path.exists(os.path.join(dest, 'upgrade.json')):
+    dest, _ = upgrade_tree(cb, src, args)
+  with open(os.path.join(dest, 'upgrade.json')) as f:
+    modules = json.load(f)['modules']
+  inits = os.path.join(args.workdir, cb['name'], 'inits')
+  if args.force or not os.path.isdir(inits):
+    shutil.rmtree(inits, ignore_errors=True)
+    os.makedirs(inits)
+    skip = cb.get('skip_files', {})
+    for relfile in test_files(cb, src):
+      if relfile in skip:
+        continue
+      print('[inits] %s %s ...' % (cb['name'], relfile), flush=True)
+      run_file(cb, 'flaxlegacy', relfile, src, args,
+               {observe.INITS_ENV: inits})
+  recorded, inside = {}, {}
+  for (path, qual), recs in observe.read_inits(inits, inside).items():
+    rel = os.path.relpath(path, src)
+    if rel.startswith('..'):
+      continue
+    recorded.setdefault((rel, qual.split('.')[-1]), []).append(
+        (qual, recs))
+  entries, checks = [], []
+  for m in modules:
+    entry = {'file': m['file'], 'class': m['class']}
+    entries.append(entry)
+    found = recorded.get((m['file'], m['class']), [])
+    usable = [(q, r) for q, rs in found for r in rs
+              if 'inputs' in r and '<locals>' not in q]
+    if not found:
+      entry['status'] = 'not initialised'
+      continue
+    if not usable:
+      whys = sorted({r.get('why', 'defined inside a function')
+                     for q, rs in found for r in rs})
+      entry['status'] = 'not rebuildable'
+      entry['detail'] = '; '.join(whys)
+      continue
+    dotted = _dotted_module(cb, m['file'])
+    entry['checks'] = []
+    for qual, r in usable:
+      entry['checks'].append(len(checks))
+      checks.append(dict(
+          class_name=qual, inputs=r['inputs'], hyper=r['hyper'],
+          fields=m['fields'], call=m['call'], var_kw=m['var_kw'],
+          legacy_module=(r['module'] if r['module'] != '__main__'
+                         else dotted),
+          upgraded_module=(r['module'] if r['module'] != '__main__'
+                           else dotted)))
+  results = []
+  if checks:
+    print('[verify] %s: %d checks of %d classes' % (
+        cb['name'], len(checks), sum(1 for e in entries if 'checks' in e)),
+          flush=True)
+    env = dict(os.environ)
+    for k in ('PYTHONPATH', 'XLA_FLAGS', 'FLAXLEGACY', 'VIRTUAL_ENV'):
+      env.pop(k, None)
+    env.update(BASE_ENV)
+    env.update(cb.get('env', {}))
+    env['HOME'] = os.path.join(args.workdir, 'home')
+    env['TMPDIR'] = os.path.join(args.workdir, cb['name'], 'tmp-verify')
+    os.makedirs(env['TMPDIR'], exist_ok=True)
+    # the codebase's other PYTHONPATH entries (beside its root)
+    roots = [os.path.join(src, p) for p in cb.get('pythonpath', ['.'])]
+    results = verify.verify_modules(
+        None, None, checks, roots=(roots[0], os.path.join(
+            dest, os.path.relpath(roots[0], src))),
+        python=args.flaxlegacy_python, env=env)
+  for entry in entries:
+    if 'checks' not in entry:
+      continue
+    got = [results[i] for i in entry.pop('checks')]
+    bad = [r for r in got if r.get('status') != 'ok']
+    entry['checked'] = len(got)
+    if not bad:
+      entry['status'] = 'verified'
+      entry['max_rel_err'] = max(r.get('max_rel_err', 0.0) for r in got)
+    else:
+      entry['status'] = bad[0].get('status', 'error')
+      entry['detail'] = str(bad[0].get('detail'))[:300]
+  out = os.path.join(args.results, 'raw', cb['name'], 'verify.json')
+  os.makedirs(os.path.dirname(out), exist_ok=True)
+  with open(out, 'w') as f:
+    json.dump({'codebase': cb['name'], 'flaxlegacy_commit': _checkout_commit(
+        args.flaxlegacy_path), 'classes': entries}, f, indent=1,
+              sort_keys=True)
+  # A class the tests never initialise at top level, applied inside one
+  # that verified: its parameters and computation are part of that check.
+  verified = {(e['file'], e['class']) for e in entries
+              if e['status'] == 'verified'}
+  for e in entries:
+    if e['status'] != 'not initialised':
+      continue
+    for (path, qual), tops in inside.items():
+      rel = os.path.relpath(path, src)
+      if (rel, qual.split('.')[-1]) != (e['file'], e['class']):
+        continue
+      parents = sorted({(os.path.relpath(p, src), q.split('.')[-1])
+                        for p, q in tops} & verified)
+      if parents:
+        e['status'] = 'verified inside'
+        e['detail'] = ', '.join('%s:%s' % p for p in parents[:3])
+        break
+  counts = collections.Counter(e['status'] for e in entries)
+  print('[verify] %s: %d classes: %s' % (cb['name'], len(entries), dict(
+      counts)), flush=True)
+
+
 def _stable_id(test_id):
   """A test id without object addresses (absltest parameterized names carry
   `<function f at 0x7f...>`, different in every process)."""
@@ -557,6 +701,10 @@ def merge(corpus, args):
     if os.path.exists(up):
       with open(up) as f:
         entry['upgrade'] = json.load(f)
+    ver = os.path.join(args.results, 'raw', cb['name'], 'verify.json')
+    if os.path.exists(ver):
+      with open(ver) as f:
+        entry['verify'] = json.load(f)
     merged['codebases'][cb['name']] = entry
   with open(os.path.join(args.results, 'results.json'), 'w') as f:
     json.dump(merged, f, indent=1, sort_keys=True)
@@ -639,6 +787,36 @@ def summarize_upgraded(merged):
   print('(upgraded: passes from the upgraded tree with FLAXLEGACY=off; layer: '
         'passes under flaxlegacy; layer-up: passes under flaxlegacy but not '
         'upgraded; TODOs: left by the upgrade)')
+  summarize_verify(merged)
+
+
+VERIFY_COLUMNS = ('verified', 'verified inside', 'mismatch', 'error',
+                  'not rebuildable', 'not initialised')
+
+
+def summarize_verify(merged):
+  """``--verify``'s table: module classes the upgrade rewrote, by outcome."""
+  rows = [(name, cb['verify']) for name, cb in merged['codebases'].items()
+          if 'verify' in cb]
+  if not rows:
+    return
+  print()
+  print('%-16s %7s ' % ('codebase', 'classes') + ' '.join(
+      '%9s' % c.replace('verified ', 'v.')[-9:] for c in VERIFY_COLUMNS)
+        + '  commit')
+  total = collections.Counter()
+  for name, ver in rows:
+    counts = collections.Counter(e['status'] for e in ver['classes'])
+    counts['classes'] = len(ver['classes'])
+    total.update(counts)
+    print('%-16s %7d ' % (name, counts['classes']) + ' '.join(
+        '%9d' % counts[c] for c in VERIFY_COLUMNS) + '  ' + str(
+            ver.get('flaxlegacy_commit'))[:7])
+  print('%-16s %7d ' % ('TOTAL', total['classes']) + ' '.join(
+      '%9d' % total[c] for c in VERIFY_COLUMNS))
+  print('(module classes the upgrade rewrote, checked against the legacy '
+        'module at the shapes the tests initialise them with; columns: '
+        + ', '.join(VERIFY_COLUMNS) + ')')
 
 
 def _short(test_id):
@@ -734,6 +912,21 @@ def _markdown_upgraded(res):
                                        more))
       out.append('  - upgraded (%s): `%s`' % (uo, ud.replace('`', "'")[:220]))
     out.append('')
+  ver = res.get('verify')
+  if ver:
+    counts = collections.Counter(e['status'] for e in ver['classes'])
+    out.append('Numeric verification (`--verify`, flaxlegacy %s): %d module '
+               'classes rewritten: %s.\n' % (
+                   str(ver.get('flaxlegacy_commit'))[:7], len(ver['classes']),
+                   ', '.join('%d %s' % (counts[c], c) for c in VERIFY_COLUMNS
+                             if counts[c])))
+    for e in ver['classes']:
+      if e['status'] not in ('verified', 'verified inside',
+                             'not initialised'):
+        out.append('- `%s` %s: %s: `%s`' % (
+            e['file'], e['class'], e['status'],
+            str(e.get('detail', '')).replace('`', "'")[:200]))
+    out.append('')
   return out
 
 
@@ -783,6 +976,10 @@ def parse_args(argv=None):
   p.add_argument('--upgraded-env', action='append',
                  help='KEY=VALUE for the upgraded side (FLAXLEGACY=off is '
                  'always set first)')
+  p.add_argument('--verify', action='store_true',
+                 help='verify numerically every module class the upgrade '
+                 'rewrote, at the shapes the codebase\'s tests initialise '
+                 'it with (instead of running tests; see verify_codebase)')
   p.add_argument('--report', action='store_true',
                  help='only merge results and print the summary')
   p.add_argument('--markdown', metavar='PATH',
@@ -810,7 +1007,11 @@ def parse_args(argv=None):
 def main(argv=None):
   args = parse_args(argv)
   corpus = load_corpus(args.corpus)
-  if not args.report:
+  if args.verify:
+    for cb in corpus['codebases']:
+      if not args.only or cb['name'] in args.only:
+        verify_codebase(cb, corpus, args)
+  elif not args.report:
     cmd_run(corpus, args)
   merged = merge(corpus, args)
   summarize(merged)

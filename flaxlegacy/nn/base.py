@@ -27,6 +27,8 @@ import contextlib
 import functools
 import hashlib
 import inspect
+import os
+import sys
 from typing import Any
 import warnings
 
@@ -954,3 +956,10 @@ def _collection_from_state_dict(target, state):
 serialization.register_serialization_state(
     Collection, _collection_state_dict, _collection_from_state_dict,
     override=True)
+
+
+if os.environ.get('FLAXLEGACY_RECORD_INITS'):
+  # Record every top-level initialisation for numeric verification of an
+  # upgrade (flaxlegacy/upgrade/observe.py ``record_inits``).
+  from flaxlegacy.upgrade import observe as _observe  # pylint: disable=g-import-not-at-top
+  _observe.record_inits(Module, _module_stack, sys.modules[__name__])

@@ -8,6 +8,7 @@ pickles parameters, state, inputs and outputs to OUT.
 parameters and inputs, and writes the comparison as JSON to OUT.
 """
 
+import importlib
 import importlib.util
 import json
 import os
@@ -51,12 +52,51 @@ def _load_statements(path, name):
 
 
 def _tuples(value):
-  """JSON lists back to the tuples legacy code compares against."""
+  """JSON lists back to the tuples legacy code compares against; the
+  tagged values of ``observe.encode_value`` (a dtype, an importable
+  function) back to what they name."""
   if isinstance(value, list):
     return tuple(_tuples(v) for v in value)
   if isinstance(value, dict):
+    if '__dtype__' in value:
+      import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+      return getattr(jnp, value['__dtype__'])
+    if '__pickle__' in value:
+      import base64  # pylint: disable=g-import-not-at-top
+      return pickle.loads(base64.b64decode(value['__pickle__']))
+    if '__array__' in value:
+      import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+      return jnp.asarray(value['__array__'], value['dtype'])
+    if '__callable__' in value:
+      mod, qual = value['__callable__'].split(':')
+      return _attr_path(importlib.import_module(mod), qual)
     return {k: _tuples(v) for k, v in value.items()}
   return value
+
+
+def _attr_path(obj, qual):
+  for part in qual.split('.'):
+    obj = getattr(obj, part)
+  return obj
+
+
+def _import_check_module(spec, check, side):
+  """A check that names its module (``legacy_module`` / ``upgraded_module``,
+  a codebase's dotted module under ``legacy_root`` / ``upgraded_root``):
+  the module imported as the codebase imports it; else None."""
+  name = check.get(side + '_module')
+  if not name:
+    return None
+  root = spec.get(side + '_root')
+  if root and root not in sys.path:
+    sys.path.insert(0, root)
+  module = importlib.import_module(name)
+  flags = sys.modules.get('absl.flags')
+  if flags is not None and not flags.FLAGS.is_parsed():
+    # the codebase's tests ran under absltest, which parses flags: their
+    # defaults, as there
+    flags.FLAGS.mark_as_parsed()
+  return module
 
 
 def _inputs(specs, seed):
@@ -81,6 +121,19 @@ def _np(tree):
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def _plain(tree):
+  """Outputs with namedtuples as plain tuples (a class made at run time,
+  ``collections.namedtuple`` inside a function, cannot be pickled, and the
+  two sides' classes are different objects): compared by position."""
+  if isinstance(tree, tuple):
+    return tuple(_plain(x) for x in tree)
+  if isinstance(tree, list):
+    return [_plain(x) for x in tree]
+  if isinstance(tree, dict):
+    return {k: _plain(v) for k, v in tree.items()}
+  return tree
 
 
 class _ProgramLevelStub:
@@ -123,12 +176,15 @@ def legacy(spec, out):
   mods, names = {}, {}
   results = []
   for check in spec['checks']:
-    path = check.get('legacy_file') or spec['legacy_file']
-    if path not in mods:
-      mods[path] = _load(path, _module_name('_legacy_under_test', path,
-                                            names))
     try:
-      results.append(_legacy_one(mods[path], check))
+      mod = _import_check_module(spec, check, 'legacy')
+      if mod is None:
+        path = check.get('legacy_file') or spec['legacy_file']
+        if path not in mods:
+          mods[path] = _load(path, _module_name('_legacy_under_test', path,
+                                                names))
+        mod = mods[path]
+      results.append(_legacy_one(mod, check))
     except Exception as e:  # pylint: disable=broad-except
       results.append({'error': f'{type(e).__name__}: {e}'})
   with open(out, 'wb') as fh:
@@ -141,7 +197,7 @@ def _legacy_one(mod, spec):
   from flax import nn  # pylint: disable=g-import-not-at-top
   from flaxlegacy.migrate import names  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  module = getattr(mod, spec['class']).partial(**_tuples(spec['hyper']))
+  module = _attr_path(mod, spec['class']).partial(**_tuples(spec['hyper']))
   inputs = _inputs(spec['inputs'], spec['seed'])
   with nn.stateful() as state:
     with nn.stochastic(jax.random.PRNGKey(1)):
@@ -163,7 +219,7 @@ def _legacy_one(mod, spec):
       'state': _np(names.batch_stats_from_collection(state)),
       'new_state': _np(names.batch_stats_from_collection(new_state)),
       'inputs': inputs,
-      'outputs': _np(outputs),
+      'outputs': _plain(_np(outputs)),
       # the PRNG the legacy side drew with (legacy mode: not partitionable)
       'partitionable': bool(jax.config.jax_threefry_partitionable),
   }
@@ -172,8 +228,8 @@ def _legacy_one(mod, spec):
     m_inputs = _inputs(spec['method_inputs'], spec['seed'] + 1)
     model = nn.Model(module, params)
     with nn.stateful(state, mutable=False):
-      out['method_outputs'] = _np(getattr(model, spec['method'])(
-          *m_inputs, **_tuples(spec.get('method_kwargs') or {})))
+      out['method_outputs'] = _plain(_np(getattr(model, spec['method'])(
+          *m_inputs, **_tuples(spec.get('method_kwargs') or {}))))
     out['method_inputs'] = m_inputs
   return out
 
@@ -204,6 +260,23 @@ def linen(spec, legacy_out, out):
   loaded, names = {}, {}
   results = []
   for check, ref in zip(spec['checks'], refs):
+    if check.get('upgraded_module'):
+      if 'error' in ref:
+        results.append({'error': 'legacy side: ' + ref['error']})
+        continue
+      try:
+        mod = _import_check_module(spec, check, 'upgraded')
+        legacy_loaded = sorted(m for m in sys.modules if m.startswith(
+            ('flax.nn', 'flax.optim', 'flax.deprecated', 'flaxlegacy.nn',
+             'flaxlegacy.optim')) and m not in stubbed)
+        r = _linen_one(mod, check, ref)
+      except Exception as e:  # pylint: disable=broad-except
+        r = {'error': f'upgraded side: {type(e).__name__}: {e}'}
+        legacy_loaded = []
+      r.update({'legacy_imported': legacy_loaded,
+                'program_level_stubbed': stubbed, 'skipped_statements': []})
+      results.append(r)
+      continue
     path = check.get('upgraded_file') or spec['upgraded_file']
     if path not in loaded:
       mod, skipped = _load_statements(
@@ -255,7 +328,7 @@ def _linen_one(mod, spec, ref):
   elif extra:
     raise TypeError(f'hyper-parameters {sorted(extra)} are neither fields nor '
                     'call parameters of the upgraded module')
-  module = getattr(mod, spec['class'])(**fields)
+  module = _attr_path(mod, spec['class'])(**fields)
   inputs = ref['inputs']
   rngs = {'params': jax.random.PRNGKey(0), 'dropout': jax.random.PRNGKey(1)}
   # Only the parameter tree's names and shapes are compared: traced, not
@@ -290,13 +363,14 @@ def _linen_one(mod, spec, ref):
   ok = True
   if spec.get('outputs') is not None:  # compare only these outputs
     pairs = [([ref['outputs'][i] for i in spec['outputs']],
-              [outputs[i] for i in spec['outputs']])]
+              [_plain(outputs)[i] for i in spec['outputs']])]
   else:
     pairs = [(ref['outputs'], outputs)]
   if ref['new_state']:
     pairs.append((ref['new_state'], new_vars.get('batch_stats', {})))
   pairs += method_pair
   for a, b in pairs:
+    b = _plain(b)
     la, ta = jax.tree_util.tree_flatten(a)
     lb, tb = jax.tree_util.tree_flatten(_drop_empty(core.unfreeze(b))
                                         if isinstance(b, dict) else b)

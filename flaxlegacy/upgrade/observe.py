@@ -185,3 +185,196 @@ def _value(v):
   return (v[0],)
 
 
+
+
+# --- inits: what the codebase's own runs initialise, for --verify ---------
+
+INITS_ENV = 'FLAXLEGACY_RECORD_INITS'
+_MAX_PER_CLASS = 3
+
+
+def encode_value(v):
+  """A hyper-parameter as JSON that the verification worker rebuilds on
+  both sides (``_verify_worker._tuples``), or raises ValueError."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  if v is None or isinstance(v, (bool, int, float, str)):
+    return v
+  if isinstance(v, (list, tuple)):
+    return [encode_value(x) for x in v]
+  if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+    if any(k.startswith('__') for k in v):
+      raise ValueError('a dict with dunder keys')
+    return {k: encode_value(x) for k, x in v.items()}
+  if isinstance(v, (np.generic,)) and np.ndim(v) == 0:
+    return v.item()
+  if (hasattr(v, '__array__') and hasattr(v, 'dtype')
+      and hasattr(v, 'shape') and not hasattr(v, 'aval')
+      or type(v).__name__ == 'ArrayImpl'):
+    # a concrete array hyper-parameter (a support, a mask): its values
+    a = np.asarray(v)
+    if a.size > 100000:
+      raise ValueError(f'array value of {a.size} elements')
+    return {'__array__': a.tolist(), 'dtype': a.dtype.name}
+  # a dtype: np.float32, jnp.float32 (a _ScalarMeta, not a type), np.dtype
+  if (isinstance(v, np.dtype) or isinstance(v, type) and issubclass(
+      v, np.generic) or type(v).__name__ == '_ScalarMeta'):
+    try:
+      return {'__dtype__': np.dtype(v).name}
+    except TypeError:
+      pass
+  mod = getattr(v, '__module__', None) or ''
+  qual = getattr(v, '__qualname__', None) or ''
+  if (callable(v) and mod and qual and '<' not in qual
+      and not mod.startswith(('flaxlegacy', 'flax.', '__main__'))
+      and not isinstance(v, type)):
+    import importlib  # pylint: disable=g-import-not-at-top
+    try:
+      obj = importlib.import_module(mod)
+      for part in qual.split('.'):
+        obj = getattr(obj, part)
+    except Exception:  # pylint: disable=broad-except
+      obj = None
+    if obj is v:
+      return {'__callable__': f'{mod}:{qual}'}
+  # anything else that pickles by reference to the codebase's own classes
+  # (a config object, a module class given as a hyper-parameter: each side
+  # unpickles it from its own tree, the upgraded side the upgraded class)
+  import pickle  # pylint: disable=g-import-not-at-top
+  import base64  # pylint: disable=g-import-not-at-top
+  try:
+    data = pickle.dumps(v, protocol=4)
+  except Exception:  # pylint: disable=broad-except
+    raise ValueError(f'{type(v).__name__} value') from None
+  if b'flaxlegacy' in data or b'flax.nn' in data or b'flax.optim' in data:
+    raise ValueError(f'{type(v).__name__} value naming legacy Flax')
+  return {'__pickle__': base64.b64encode(data).decode('ascii')}
+
+
+def _input_spec(x):
+  if x is None:
+    return None
+  shape, dtype = getattr(x, 'shape', None), getattr(x, 'dtype', None)
+  if shape is None or dtype is None:
+    raise ValueError(f'{type(x).__name__} input')
+  return [list(shape), str(dtype)]
+
+
+def record_inits(module_cls, module_stack, base_module=None):
+  """Wraps the legacy ``Module.init`` (every entry point -- ``init_by_shape``,
+  ``create`` ... -- goes through it) so that each top-level initialisation
+  is written to the folder ``$FLAXLEGACY_RECORD_INITS`` at exit: the class
+  (its file and qualified name, below any ``.partial`` layers), the input
+  shapes and dtypes, and the hyper-parameters (``.partial`` keywords and the
+  call's, encoded with ``encode_value``).  What cannot be encoded is named
+  (``why``), so a class the run initialised only with such values is counted
+  as observed but not verifiable.  With ``base_module`` (the module whose
+  ``_run`` applies every module, nested or not), the classes applied inside
+  each recorded initialisation are written too (``inside``): a class that
+  only ever runs inside others is checked as part of them."""
+  import atexit  # pylint: disable=g-import-not-at-top
+  out_dir = os.environ.get(INITS_ENV)
+  if not out_dir or getattr(module_cls, '_flaxlegacy_recording', False):
+    return
+  seen = {}
+  inside = {}  # top-level (file, class) -> {(file, class) applied in it}
+  current = []  # the top-level initialisation running, if any
+  original = module_cls.__dict__['init'].__func__
+
+  def where(cls):
+    base = cls
+    while ('_nn_partial_kwargs' in base.__dict__ and base.__bases__
+           and base.__bases__[0].__name__ == base.__name__):
+      base = base.__bases__[0]
+    mod = sys.modules.get(base.__module__)
+    path = getattr(mod, '__file__', None)
+    return base, (os.path.abspath(path) if path else None)
+
+  def record(cls, args, kwargs):
+    base, path = where(cls)
+    if not path:
+      return None
+    key = (path, base.__qualname__)
+    rec = {'file': key[0], 'class': base.__qualname__,
+           'module': base.__module__}
+    try:
+      rec['inputs'] = [_input_spec(a) for a in args]
+      hyper = dict(getattr(cls, '_nn_partial_kwargs', {}) or {})
+      hyper.update(kwargs)
+      rec['hyper'] = {k: encode_value(v) for k, v in hyper.items()}
+    except ValueError as e:
+      rec.pop('inputs', None)
+      rec.pop('hyper', None)
+      rec['why'] = str(e)
+    entries = seen.setdefault(key, [])
+    blob = json.dumps(rec, sort_keys=True)
+    if blob not in entries and len(entries) < _MAX_PER_CLASS:
+      entries.append(blob)
+    return key
+
+  def init(cls, _rng, *args, name=None, **kwargs):
+    if module_stack:
+      return original(cls, _rng, *args, name=name, **kwargs)
+    try:
+      key = record(cls, args, kwargs)
+    except Exception:  # pylint: disable=broad-except
+      key = None
+    current.append(key)
+    try:
+      return original(cls, _rng, *args, name=name, **kwargs)
+    finally:
+      current.pop()
+
+  if base_module is not None:
+    run = base_module._run  # pylint: disable=protected-access
+
+    def run_recorded(cls, *rest):
+      if current and current[-1] is not None:
+        try:
+          base, path = where(cls)
+          if path and (path, base.__qualname__) != current[-1]:
+            inside.setdefault(current[-1], set()).add(
+                (path, base.__qualname__))
+        except Exception:  # pylint: disable=broad-except
+          pass
+      return run(cls, *rest)
+
+    base_module._run = run_recorded  # pylint: disable=protected-access
+
+  init.__doc__ = original.__doc__
+  module_cls.init = classmethod(init)
+  module_cls._flaxlegacy_recording = True  # pylint: disable=protected-access
+
+  def dump():
+    if not seen:
+      return
+    os.makedirs(out_dir, exist_ok=True)
+    recs = [json.loads(b) for bs in seen.values() for b in bs]
+    recs += [{'inside': [list(top), sorted(map(list, nested))]}
+             for top, nested in inside.items()]
+    with open(os.path.join(out_dir, f'inits-{os.getpid()}.json'), 'w') as f:
+      json.dump(recs, f)
+
+  atexit.register(dump)
+
+
+def read_inits(out_dir, inside=None):
+  """The records ``record_inits`` wrote into ``out_dir``: {(file, class):
+  [records]}, at most ``_MAX_PER_CLASS`` distinct ones per class; ``inside``
+  (a dict), if given, gets {(file, class): {(file, class) of the top-level
+  initialisations it ran inside}}."""
+  by_class = {}
+  for name in sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else ():
+    if not (name.startswith('inits-') and name.endswith('.json')):
+      continue
+    with open(os.path.join(out_dir, name)) as f:
+      for rec in json.load(f):
+        if 'inside' in rec:
+          top, nested = rec['inside']
+          for n in nested:
+            if inside is not None:
+              inside.setdefault(tuple(n), set()).add(tuple(top))
+          continue
+        entries = by_class.setdefault((rec['file'], rec['class']), [])
+        if rec not in entries and len(entries) < _MAX_PER_CLASS:
+          entries.append(rec)
+  return by_class

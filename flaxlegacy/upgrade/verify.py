@@ -27,8 +27,8 @@ import sys
 import tempfile
 
 
-def _run(args, env_off, cwd):
-  env = dict(os.environ)
+def _run(args, env_off, cwd, python=None, env=None):
+  env = dict(os.environ if env is None else env)
   if env_off:
     env['FLAXLEGACY'] = 'off'
   env.setdefault('JAX_PLATFORMS', 'cpu')
@@ -36,8 +36,8 @@ def _run(args, env_off, cwd):
       os.path.abspath(__file__))))
   env['PYTHONPATH'] = root + os.pathsep + env.get('PYTHONPATH', '')
   return subprocess.run(
-      [sys.executable, '-m', 'flaxlegacy.upgrade._verify_worker'] + args,
-      env=env, cwd=cwd, capture_output=True, text=True, check=False)
+      [python or sys.executable, '-m', 'flaxlegacy.upgrade._verify_worker']
+      + args, env=env, cwd=cwd, capture_output=True, text=True, check=False)
 
 
 def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
@@ -69,7 +69,8 @@ def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
 
 
 def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
-                   perturb=0.1, rename_map=None):
+                   perturb=0.1, rename_map=None, roots=None, python=None,
+                   env=None):
   """Several ``verify_module`` checks, two processes in all.
 
   ``checks``: dicts with the keyword arguments of ``verify_module``
@@ -88,6 +89,13 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
   modules by name; a legacy API the upgraded side imports fails the checks
   of its file and of the files loaded after it).
   ``rename_map``: see ``verify_module``.
+  A check may instead name its modules, ``legacy_module`` and
+  ``upgraded_module`` (dotted, as the codebase imports them; ``class_name``
+  may then be a qualified name): each side imports it with its root first on
+  ``sys.path``, ``roots`` = (legacy root, upgraded root), so a codebase's
+  package imports work (``legacy_file`` / ``upgraded_file`` unused).
+  ``python``: the interpreter of both sides (default: this one); ``env``:
+  their environment (default: this one's).
   """
   if rename_map is not None:
     from flaxlegacy.migrate import names  # pylint: disable=g-import-not-at-top
@@ -95,18 +103,20 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
   for key, default in (('legacy_file', legacy_file),
                        ('upgraded_file', upgraded_file)):
     folders = {os.path.dirname(os.path.abspath(c.get(key) or default))
-               for c in checks}
+               for c in checks if not c.get('legacy_module')}
     if len(folders) > 1:
       raise ValueError(f'verify_modules: the checks\' {key}s are in several '
                        f'folders {sorted(folders)}; verify each folder\'s '
                        'files in a call of its own')
-  spec = {'legacy_file': os.path.abspath(legacy_file),
-          'upgraded_file': os.path.abspath(upgraded_file),
+  spec = {'legacy_file': os.path.abspath(legacy_file or os.curdir),
+          'upgraded_file': os.path.abspath(upgraded_file or os.curdir),
+          'legacy_root': roots and os.path.abspath(roots[0]),
+          'upgraded_root': roots and os.path.abspath(roots[1]),
           'checks': [{
               'legacy_file': os.path.abspath(c.get('legacy_file') or
-                                             legacy_file),
+                                             legacy_file or os.curdir),
               'upgraded_file': os.path.abspath(c.get('upgraded_file') or
-                                               upgraded_file),
+                                               upgraded_file or os.curdir),
               'class': c['class_name'], 'hyper': dict(c.get('hyper') or {}),
               'inputs': [None if i is None else [list(i[0]), str(i[1])]
                          for i in c['inputs']],
@@ -118,6 +128,8 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
                                 for i in c.get('method_inputs') or []],
               'method_kwargs': dict(c.get('method_kwargs') or {}),
               'root_class': c.get('root_class') or c['class_name'],
+              'legacy_module': c.get('legacy_module'),
+              'upgraded_module': c.get('upgraded_module'),
               'rtol': rtol, 'seed': seed, 'perturb': perturb}
                      for c in checks],
           'rename_map': rename_map}
@@ -127,12 +139,13 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
       json.dump(spec, f)
     legacy_out = os.path.join(tmp, 'legacy.pkl')
     linen_out = os.path.join(tmp, 'linen.json')
-    p = _run(['legacy', spec_path, legacy_out], False, tmp)
+    p = _run(['legacy', spec_path, legacy_out], False, tmp, python, env)
     if p.returncode:
       return [{'status': 'error', 'side': 'legacy',
                'detail': (p.stderr.strip().splitlines() or ['?'])[-1],
                'stderr': p.stderr[-4000:]}] * len(checks)
-    p = _run(['linen', spec_path, linen_out, legacy_out], True, tmp)
+    p = _run(['linen', spec_path, linen_out, legacy_out], True, tmp, python,
+             env)
     if p.returncode:
       return [{'status': 'error', 'side': 'upgraded',
                'detail': (p.stderr.strip().splitlines() or ['?'])[-1],
