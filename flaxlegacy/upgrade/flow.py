@@ -28,15 +28,28 @@ codebase, the set of abstract values it can hold:
 Values flow through assignments (also tuple unpacking), ``self`` attributes
 (set in any method, read in any), default arguments, the arguments of every
 call the codebase makes of its own functions, classes, methods and legacy
-module classes (direct calls, ``.partial``, ``.init`` / ``.call``),
+module classes (direct calls, ``.partial``, ``.init`` / ``.call``,
+``super().m(...)`` and methods inherited from codebase bases), dicts
+splatted into calls (their keys followed: ``dict(k=v)``, ``{'k': v}``,
+``d['k'] = v``, ``d.update``, a ``**kwargs`` parameter is the dict of the
+keywords its calls pass; a key not known here reaches every parameter),
 containers and subscripts, returns, imports across files,
 ``functools.partial(f, k=v)`` of a codebase function (and jax transforms of
 it), and library calls that return their argument's structure
 (``SAME_STRUCTURE``: ``jax_utils.replicate``, ``restore_checkpoint``'s
 target, ``tree_map``).  A function
-the codebase never calls, or uses as a value (a callback), or a
-``@gin.configurable`` one, has ``unknown`` arguments: the codebase is taken
-as closed except where it shows that it is not.  ``--observe`` facts (values
+the codebase never calls, or uses as a value (a callback), has
+``unknown`` arguments: the codebase is taken as closed except where it
+shows that it is not.  A ``@gin.configurable`` one (or one registered with
+``gin.external_configurable``) the codebase calls also takes what the
+codebase's gin bindings give (gin_bindings.py: ``.gin`` files of the tree,
+``gin.parse_config`` strings, ``gin.bind_parameter``; a literal is
+``ginval``, a reference ``@C`` the registered value).  A load of a name
+right after ``name = value`` in the same block reads that value alone
+(``value = parse(value)``).  Where an expression is used as a legacy module
+(``X.partial(...)``, called), ``usable`` leaves out what cannot be one
+there (a literal, None, a function, a plain class without the attribute):
+no run of a working legacy program brings those.  ``--observe`` facts (values
 seen at run time) are added as values of the parameters they were seen at.
 
 This module only computes facts; rules read them (``Flow.name_values``,
