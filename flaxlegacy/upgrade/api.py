@@ -100,7 +100,7 @@ def _check_names(names):
                      f'{", ".join(NAMES)}')
 
 
-def _analyse(files, names='legacy', observed=None):
+def _analyse(files, names='legacy', observed=None, configs=()):
   codebase = facts_lib.CodebaseFacts()
   codebase.names_mode = names
   for sf in files:
@@ -114,10 +114,26 @@ def _analyse(files, names='legacy', observed=None):
   for sf in files:
     if sf.module is not None:
       values.add_file(sf.rel, sf.module, codebase.files[sf.rel])
+  for text in configs:  # the tree's gin configs: their bindings
+    values.add_gin_text(text)
   if observed:
     values.observe(observed)
   codebase.flow = values.solve()
   return codebase
+
+
+def _gin_configs(others):
+  """The texts of the tree's gin config files (their bindings are facts
+  of the parameters they name: flow.py)."""
+  out = []
+  for sf in others:
+    if sf.path.endswith('.gin'):
+      try:
+        with open(sf.path, encoding='utf-8') as fh:
+          out.append(fh.read())
+      except (OSError, UnicodeDecodeError):
+        continue
+  return out
 
 
 def _parse(sf):
@@ -270,7 +286,7 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
         os.path.abspath(src)), under.get(src, '') if os.path.isdir(src)
               else '') for src in srcs]
     observed = observe_lib.run(observe, roots)
-  codebase = _analyse(files, names, observed)
+  codebase = _analyse(files, names, observed, _gin_configs(others))
   _transform_all(files, codebase)
   # the keys TODO where only the codebase says it is early linen
   from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top

@@ -28,15 +28,28 @@ codebase, the set of abstract values it can hold:
 Values flow through assignments (also tuple unpacking), ``self`` attributes
 (set in any method, read in any), default arguments, the arguments of every
 call the codebase makes of its own functions, classes, methods and legacy
-module classes (direct calls, ``.partial``, ``.init`` / ``.call``),
+module classes (direct calls, ``.partial``, ``.init`` / ``.call``,
+``super().m(...)`` and methods inherited from codebase bases), dicts
+splatted into calls (their keys followed: ``dict(k=v)``, ``{'k': v}``,
+``d['k'] = v``, ``d.update``, a ``**kwargs`` parameter is the dict of the
+keywords its calls pass; a key not known here reaches every parameter),
 containers and subscripts, returns, imports across files,
 ``functools.partial(f, k=v)`` of a codebase function (and jax transforms of
 it), and library calls that return their argument's structure
 (``SAME_STRUCTURE``: ``jax_utils.replicate``, ``restore_checkpoint``'s
 target, ``tree_map``).  A function
-the codebase never calls, or uses as a value (a callback), or a
-``@gin.configurable`` one, has ``unknown`` arguments: the codebase is taken
-as closed except where it shows that it is not.  ``--observe`` facts (values
+the codebase never calls, or uses as a value (a callback), has
+``unknown`` arguments: the codebase is taken as closed except where it
+shows that it is not.  A ``@gin.configurable`` one (or one registered with
+``gin.external_configurable``) the codebase calls also takes what the
+codebase's gin bindings give (gin_bindings.py: ``.gin`` files of the tree,
+``gin.parse_config`` strings, ``gin.bind_parameter``; a literal is
+``ginval``, a reference ``@C`` the registered value).  A load of a name
+right after ``name = value`` in the same block reads that value alone
+(``value = parse(value)``).  Where an expression is used as a legacy module
+(``X.partial(...)``, called), ``usable`` leaves out what cannot be one
+there (a literal, None, a function, a plain class without the attribute):
+no run of a working legacy program brings those.  ``--observe`` facts (values
 seen at run time) are added as values of the parameters they were seen at.
 
 This module only computes facts; rules read them (``Flow.name_values``,
@@ -46,6 +59,7 @@ This module only computes facts; rules read them (``Flow.name_values``,
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import gin_bindings
 from flaxlegacy.upgrade import walk
 
 UNKNOWN = ('unknown',)
@@ -58,6 +72,19 @@ OPTIMIZER_METHODS = frozenset(('create', 'apply_gradient', 'replicate',
                                'unreplicate', 'optimize'))
 NONE = ('none',)
 OTHER = ('other',)
+# a value a gin binding gives: a literal (number, string, list, dict, None)
+# or an unevaluated reference; never a legacy module or optimizer
+GINVAL = ('ginval',)
+# gin calls whose result is a GINVAL
+GIN_RESULTS = frozenset(('parse_value', 'query_parameter'))
+# gin calls that register their first argument as a configurable
+GIN_REGISTER = frozenset(('configurable', 'external_configurable',
+                          'register'))
+# gin calls whose second argument a binding can give
+GIN_BIND = frozenset(('bind_parameter', 'constant', 'parse_config'))
+# the attributes that only a legacy module (class or partial) has
+MODULE_ATTRS = frozenset(('partial', 'init', 'init_by_shape', 'create',
+                          'create_by_shape', 'call', 'shared'))
 COLLECTION = ('collection',)
 MAX_ROUNDS = 12
 # library functions that return a value of the same structure (the same
@@ -100,14 +127,19 @@ class _Def:
     self.enclosing = enclosing  # the scope its defaults are evaluated in
     self.called = False
     self.escapes = False  # used as a value: called from anywhere
-    self.open = any(
-        'configurable' in (facts_lib.dotted(d.decorator) or '')
-        or 'configurable' in (facts_lib.dotted(getattr(d.decorator, 'func',
-                                                       None)) or '')
-        for d in node.decorators)
+    names = [_decorator_name(d) for d in node.decorators]
+    self.open = any('configurable' in n for n in names)
+    # gin's: its parameters take what the codebase's gin bindings give
+    self.gin = any(_is_gin_registration(n) for n in names)
+    self.property = any(n in ('property', 'functools.cached_property')
+                        for n in names)
 
   def slot(self, name):
     return ('v', self.rel, self.qual, name)
+
+  def kwargs_site(self):
+    """The container site of its ``**kwargs`` dict."""
+    return ('c', self.rel, ('kwargs', self.qual))
 
   def names(self):
     return self.pos + self.kwonly + [n for n in (self.star, self.starstar)
@@ -135,6 +167,9 @@ class _Collect(walk.FastVisitor):
     self.scope = _Scope('', 'module', None)
     flow.scopes[(rel, '')] = self.scope
     self.stack = []  # open scopes
+    # per open block (statement list): name -> the plain ``name = value``
+    # statement last in it (None: another binding since, maybe nested)
+    self.blocks = [{}]
 
   # -- scopes --
   def _qual(self, name):
@@ -142,6 +177,35 @@ class _Collect(walk.FastVisitor):
 
   def _bind(self, name):
     self.scope.bound.add(name)
+    for b in self.blocks:
+      if name in b:
+        b[name] = None
+
+  # -- straight-line reaching assignments --
+  def visit_IndentedBlock(self, node):
+    self.blocks.append({})
+
+  def leave_IndentedBlock(self, node):
+    self.blocks.pop()
+
+  def visit_SimpleStatementSuite(self, node):
+    self.blocks.append({})
+
+  def leave_SimpleStatementSuite(self, node):
+    self.blocks.pop()
+
+  def leave_Assign(self, node):
+    if len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                             cst.Name):
+      # ``x = v`` in a block: a load of x later in the same block reads v
+      # alone (flow.py is otherwise insensitive to the order of
+      # statements: ``value = line.split(...)``, then ``value =
+      # parse(value)`` and ``use(value)``)
+      name = node.targets[0].target.value
+      slot = ('v', self.rel, self.scope.qual, name, id(node))
+      self.flow.constraints.append(('assign', self.rel, self.scope.qual,
+                                    slot, node.value))
+      self.blocks[-1][name] = slot
 
   def visit_ClassDef(self, node):
     self.flow.not_loads.add(id(node.name))
@@ -151,6 +215,13 @@ class _Collect(walk.FastVisitor):
               and self.f.modules[node.name.value].kind == 'class')
     self.flow.globals_kind[(self.rel, qual)] = ('class' if legacy else 'cls')
     self.flow.class_nodes[(self.rel, qual)] = node
+    self.flow.class_scope[(self.rel, qual)] = self.scope.qual
+    for d in node.decorators:
+      if _is_gin_registration(_decorator_name(d)):
+        # @gin.configurable class C: gin calls it with the bindings of
+        # C.p, and a reference @C / @C() gives the class or an instance
+        self.flow.gin_regs.append((_gin_name(d, node.name.value), self.rel,
+                                   qual, 'class' if legacy else 'cls'))
     self.flow.constraints.append(('def', self.rel, self.scope.qual,
                                   node.name.value, qual))
     s = _Scope(qual, 'class', self.scope)
@@ -169,6 +240,13 @@ class _Collect(walk.FastVisitor):
     in_class = parent.kind == 'class'
     d = _Def(self.rel, qual, node, in_class, self._enclosing(parent))
     self.flow.defs[(self.rel, qual)] = d
+    if d.gin and not in_class:
+      # @gin.configurable def f: gin calls it with the bindings of f.p,
+      # and a reference @f / @f() gives f or what it returns
+      for dec in node.decorators:
+        if _is_gin_registration(_decorator_name(dec)):
+          self.flow.gin_regs.append((_gin_name(dec, node.name.value),
+                                     self.rel, qual, 'func'))
     if not in_class:
       self.flow.constraints.append(('def', self.rel, parent.qual,
                                     node.name.value, qual))
@@ -187,7 +265,10 @@ class _Collect(walk.FastVisitor):
     if d.star:
       self.flow.constraints.append(('value', d.slot(d.star), UNKNOWN))
     if d.starstar:
-      self.flow.constraints.append(('value', d.slot(d.starstar), UNKNOWN))
+      # a dict of the keywords the calls pass beyond the named parameters
+      # (its keys and values bound by _bind_args)
+      self.flow.constraints.append(('value', d.slot(d.starstar),
+                                    ('container', d.kwargs_site())))
     self.flow.scopes[(self.rel, qual)] = s
     self.stack.append(self.scope)
     self.scope = s
@@ -275,7 +356,7 @@ class _Collect(walk.FastVisitor):
                                     t, value))
     elif isinstance(t, cst.Subscript):
       self.flow.constraints.append(('setitem', self.rel, self.scope.qual,
-                                    t.value, value))
+                                    t, value))
 
   def visit_Return(self, node):
     fn = self._function()
@@ -295,6 +376,9 @@ class _Collect(walk.FastVisitor):
     # a function used as a value (not called): called from anywhere
     if id(node) not in self.flow.not_loads:
       self.flow.loads.append((self.rel, self.scope.qual, node))
+      slot = self.blocks[-1].get(node.value)
+      if slot is not None:
+        self.flow.reaching[id(node)] = slot
 
   def visit_Attribute(self, node):
     self.flow.not_loads.add(id(node.attr))
@@ -329,6 +413,19 @@ class Flow:
     self.optimizer_sites = {}
     self._module_files = {}
     self._called_positions = set()
+    self.class_scope = {}  # (rel, qual) -> the scope its bases are in
+    # gin (gin_bindings.py): (name, rel, qual, kind) of the configurables
+    # the codebase registers; name -> values registered from outside
+    # (gin.external_configurable, values in the slot ('ginext', name));
+    # macro values in ('ginmacro', name) (gin.constant) or text
+    self.gin_regs = []
+    self.gin_external = {}
+    self.gin_text_macros = {}
+    self._gin_texts = {}  # id(parse_config call) -> statements
+    self._final = False  # the last round: what is still empty is unknown
+    # id(Name load) -> the slot of the ``name = value`` of its block that
+    # it reads (_Collect.leave_Assign)
+    self.reaching = {}
 
   # -- building --
   def add_file(self, rel, module, file_facts):
@@ -347,6 +444,37 @@ class Flow:
       self._changed = True
       return True
     return False
+
+  def _add_key(self, site, key, vals):
+    """``site[key] = vals`` for a dict (key None: not known here)."""
+    key = '*' if key is None else key
+    changed = self._add(('keys', site), {key})
+    changed |= self._add(('ck', site, key), vals)
+    changed |= self._add(site, vals)
+    return changed
+
+  def _merge_dict(self, site, others):
+    """The keys and values of the dicts ``others`` into dict ``site``
+    (``{**d}``, ``dict(d)``, ``site.update(d)``)."""
+    changed = False
+    for v in others:
+      keys = self.dict_keys(v)
+      if keys is None:
+        changed |= self._add_key(site, None, {UNKNOWN})
+        continue
+      for k in keys:
+        changed |= self._add_key(site, None if k == '*' else k,
+                                 self.values.get(('ck', v[1], k), set()))
+    return changed
+
+  def dict_keys(self, v):
+    """The keys (strings, '*' for keys not known here) a container value
+    ``v`` has, or None if it is not a dict the facts follow."""
+    if v[0] != 'container':
+      return None
+    if isinstance(v[1][2], tuple) and v[1][2][0] == 'kwargs':
+      return self.values.get(('keys', v[1]), set())
+    return self.values.get(('keys', v[1]))
 
   def observe(self, facts):
     """Values seen at run time (observe.py): {(rel, qual, parameter):
@@ -412,6 +540,9 @@ class Flow:
     # arguments from outside: unknown
     if self._open_params():
       settled = self._fixpoint() and settled
+    # a dict splatted from a name nothing assigned: unknown keys
+    self._final = True
+    settled = self._fixpoint() and settled
     if not settled:  # not settled: do not trust the sets
       for slot in self.values:
         self.values[slot].add(UNKNOWN)
@@ -429,11 +560,19 @@ class Flow:
   def _open_params(self):
     changed = False
     stand_in = self._stand_in
+    for _, rel, q, kind in self.gin_regs:
+      d = self.method_def(rel, q, '__init__') if kind == 'cls' else None
+      if d is not None:
+        d.gin = True
     for slot, seen in stand_in.items():
       changed |= self._add(slot, seen)
     for d in self.defs.values():
-      if d.open or d.escapes or not d.called:
-        if self._is_apply(d) and d.called and not d.open:
+      if d.gin and d.called and not d.escapes:
+        # called by the codebase, and by gin with the codebase's bindings
+        # (the 'gin' constraints bind them)
+        continue
+      if d.open or d.gin or d.escapes or not d.called:
+        if self._is_apply(d) and d.called and not (d.open or d.gin):
           continue
         names = d.names()[1:] if d.is_method else d.names()
         for n in names:
@@ -483,13 +622,16 @@ class Flow:
         changed |= self._add(slot, vals)
       return changed
     if kind == 'setitem':
-      _, rel, qual, base, value = c
+      _, rel, qual, target, value = c
       vals = self._eval_value(rel, qual, value)
+      key = _subscript_key(target)
       changed = False
-      for v in self.expr_values(rel, qual, base):
+      for v in self.expr_values(rel, qual, target.value):
         if v[0] == 'container':
-          changed |= self._add(v[1], vals)
+          changed |= self._add_key(v[1], key, vals)
       return changed
+    if kind == 'ginstmt':
+      return self._gin_statement(c[1], c[2])
     if kind == 'call':
       return self._call(c[1], c[2], c[3])
     return False
@@ -599,11 +741,11 @@ class Flow:
     s = self.scopes.get((rel, qual))
     if (isinstance(base, cst.Name) and s is not None and s.cls
         and base.value == s.self_name):
-      return [('a', rel, s.cls, attr)]
+      return [('a', *self._attr_owner(rel, s.cls), attr)]
     out = []
     for v in self.expr_values(rel, qual, base):
       if v[0] == 'instance':
-        out.append(('a', v[1], v[2], attr))
+        out.append(('a', *self._attr_owner(v[1], v[2]), attr))
     return out
 
   # -- expressions --
@@ -621,6 +763,9 @@ class Flow:
       s = self.scopes.get((rel, qual))
       if s is not None and s.cls and expr.value == s.self_name:
         return {('instance', rel, s.cls)}
+      slot = self.reaching.get(id(expr))
+      if slot is not None:
+        return set(self.values.get(slot, set()))
       slot = self._name_slot(rel, qual, expr.value)
       if slot is None:
         return {OTHER} if expr.value in _BUILTINS else {UNKNOWN}
@@ -640,9 +785,11 @@ class Flow:
         if v[0] == 'module':
           out |= self.values.get(('v', v[1], '', expr.attr.value), set())
         elif v[0] == 'instance':
-          d = self.defs.get((v[1], f'{v[2]}.{expr.attr.value}'))
-          if d is not None:  # obj.method
-            out.add(('boundmethod', v[1], d.qual))
+          d = self.method_def(v[1], v[2], expr.attr.value)
+          if d is not None and d.property:  # obj.prop: what it returns
+            out |= self.values.get(('r', d.rel, d.qual), set())
+          elif d is not None:  # obj.method
+            out.add(('boundmethod', d.rel, d.qual))
           elif not slots:
             out.add(UNKNOWN)
         elif v[0] == 'ext':
@@ -671,12 +818,23 @@ class Flow:
         else:
           out.add(UNKNOWN)
       return out
-    if isinstance(expr, (cst.Dict, cst.List, cst.Set)):
+    if isinstance(expr, cst.Dict):
+      # a dict: one value per literal, its keys and values in slots
+      site = ('c', rel, id(expr))
+      self._add(('keys', site), set())
+      for e in expr.elements:
+        if isinstance(e, cst.DictElement):
+          self._add_key(site, _literal_key(e.key),
+                        self.expr_values(rel, qual, e.value))
+        else:  # {**other, ...}
+          self._merge_dict(site, self.expr_values(rel, qual, e.value))
+      return {('container', site)}
+    if isinstance(expr, (cst.List, cst.Set)):
       # a container: one value per literal, its elements in a slot
       site = ('c', rel, id(expr))
       vals = set()
       for e in expr.elements:
-        if isinstance(e, (cst.DictElement, cst.Element)):
+        if isinstance(e, cst.Element):
           vals |= self.expr_values(rel, qual, e.value)
         else:
           vals.add(UNKNOWN)
@@ -749,12 +907,34 @@ class Flow:
         # the remaining arguments (its keywords are bound by _call)
         out.discard(UNKNOWN)
         for v in self.expr_values(rel, qual, call.args[0].value):
-          if v[0] in ('func', 'wrapped'):
+          if v[0] in ('func', 'wrapped', 'cls'):
+            # (a partial of a class: calling it makes an instance)
             out.add(v)
           elif v[0] not in ('class', 'layer'):
             out.add(UNKNOWN)
       return out
     name = facts_lib.dotted(f) or ''
+    if name == 'dict' and self._name_slot(rel, qual, 'dict') is None:
+      # dict(k=v, ...), dict(other, k=v): a dict with those keys
+      site = ('c', rel, id(call))
+      self._add(('keys', site), set())
+      for a in call.args:
+        vals = self.expr_values(rel, qual, a.value)
+        if a.keyword is not None:
+          self._add_key(site, a.keyword.value, vals)
+        elif a.star == '*':
+          self._add_key(site, None, {UNKNOWN})
+        else:
+          self._merge_dict(site, vals)
+      return {('container', site)}
+    gin = _gin_call(name, f_facts)
+    if gin in GIN_RESULTS:
+      return {GINVAL}
+    if (isinstance(f, cst.Attribute) and f.attr.value == 'copy'
+        and not call.args):
+      base = self.expr_values(rel, qual, f.value)
+      if base and all(self.dict_keys(v) is not None for v in base):
+        return set(base)  # (the copy shares the slots: more, never less)
     if (name.split('.')[-1] in JAX_WRAPPERS and name.split('.')[0] in (
         'jax', 'flax') and call.args and call.args[0].keyword is None):
       # jax.jit(f) / jax.pmap(f, ...): f, called with the same arguments
@@ -840,9 +1020,13 @@ class Flow:
       if a.keyword is not None:
         keys.add(a.keyword.value)
       elif a.star == '**':
-        keys.add('**')
+        # the keys of the dict, where the facts follow them
+        for v in self.expr_values(rel, qual, a.value) or {UNKNOWN}:
+          known = self.dict_keys(v)
+          keys |= ({'**'} if known is None or '*' in known
+                   else set(known))
     out = set()
-    for v in self.expr_values(rel, qual, target):
+    for v in usable(self.expr_values(rel, qual, target), 'partial', self):
       if v[0] == 'class':
         out.add(('class', v[1], v[2], v[3] | frozenset(keys)))
       elif v[0] == 'layer':
@@ -878,26 +1062,54 @@ class Flow:
         if d is not None:
           targets.append((d, 0, 1 if d.is_method else 0))
       elif method is None and v[0] == 'cls':
-        d = self.defs.get((v[1], f'{v[2]}.__init__'))
+        d = self.method_def(v[1], v[2], '__init__')
         if d is not None:
           targets.append((d, 0, 1))
       elif method is None and v[0] == 'instance':
-        d = self.defs.get((v[1], f'{v[2]}.__call__'))
+        d = self.method_def(v[1], v[2], '__call__')
         if d is not None:
           targets.append((d, 0, 1))
     if _partial_of_function(call):
       # functools.partial(f, k=v): the keywords it binds go to f's
       # parameters (the rest come with the calls of the partial)
       for v in self.expr_values(rel, qual, call.args[0].value):
+        d = None
         if v[0] in ('func', 'wrapped'):
           d = self.defs.get((v[1], v[2]))
-          if d is not None:
-            changed |= self._bind_args(rel, qual, d, call.args[1:], None,
-                                       1 if d.is_method else 0)
+        elif v[0] == 'cls':  # functools.partial(C, k=v): C.__init__'s
+          d = self.method_def(v[1], v[2], '__init__')
+        if d is not None:
+          d.called = True
+          changed |= self._bind_args(rel, qual, d, call.args[1:], None,
+                                     1 if d.is_method else 0)
+    gin = _gin_call(facts_lib.dotted(f) or '', self._module_files.get(rel))
+    if gin is not None:
+      changed |= self._gin(rel, qual, call, gin)
+    if method is None and isinstance(f, cst.Attribute) and f.attr.value in (
+        'update', 'setdefault'):
+      # d.update(k=v) / d.update(other) / d.setdefault('k', v) on a dict
+      for v in self.expr_values(rel, qual, f.value):
+        if self.dict_keys(v) is None:
+          continue
+        for i, a in enumerate(call.args):
+          vals = self.expr_values(rel, qual, a.value)
+          if f.attr.value == 'setdefault':
+            if i == 0:
+              key = _literal_key(a.value)
+              rest = call.args[1].value if len(call.args) > 1 else None
+              changed |= self._add_key(v[1], key, self.expr_values(
+                  rel, qual, rest) if rest is not None else {NONE})
+          elif a.keyword is not None:
+            changed |= self._add_key(v[1], a.keyword.value, vals)
+          elif a.star == '*':
+            changed |= self._add_key(v[1], None, {UNKNOWN})
+          else:
+            changed |= self._merge_dict(v[1], vals)
     if method is None and isinstance(f, cst.Attribute):
-      # obj.m(...) / self.m(...): a method of a class of the codebase
+      # obj.m(...) / self.m(...) / super().m(...): a method of a class of
+      # the codebase (or of one of its bases)
       for v in self._receiver_classes(rel, qual, f.value):
-        d = self.defs.get((v[0], f'{v[1]}.{f.attr.value}'))
+        d = self.method_def(v[0], v[1], f.attr.value)
         if d is not None:
           targets.append((d, 0, 1))
     for d, skip, self_params in targets:
@@ -916,8 +1128,231 @@ class Flow:
     if (isinstance(expr, cst.Name) and s is not None and s.cls
         and expr.value == s.self_name):
       return [(rel, s.cls)]
+    if (isinstance(expr, cst.Call) and facts_lib.dotted(expr.func) == 'super'
+        and s is not None and s.cls and (
+            not expr.args or len(expr.args) == 2)):
+      # super().m(...) in a method of C: m of C's bases
+      cls = (rel, s.cls)
+      if expr.args:
+        named = [v for v in self.expr_values(rel, qual, expr.args[0].value)
+                 if v[0] == 'cls']
+        if len(named) != 1:
+          return []
+        cls = (named[0][1], named[0][2])
+      return self.bases(*cls)
     return [(v[1], v[2]) for v in self.expr_values(rel, qual, expr)
             if v[0] == 'instance']
+
+  def bases(self, rel, qual):
+    """The codebase classes ``(rel, qual)`` names as its bases."""
+    node = self.class_nodes.get((rel, qual))
+    if node is None:
+      return []
+    scope = self.class_scope.get((rel, qual), '')
+    out = []
+    for b in node.bases:
+      if b.keyword is not None:
+        continue
+      for v in self.expr_values(rel, scope, b.value):
+        if v[0] == 'cls' and (v[1], v[2]) != (rel, qual):
+          out.append((v[1], v[2]))
+    return out
+
+  def method_def(self, rel, qual, name, _seen=None):
+    """The def of method ``name`` that class ``(rel, qual)`` has, its
+    own or the first of its codebase bases' (depth first), or None."""
+    d = self.defs.get((rel, f'{qual}.{name}'))
+    if d is not None:
+      return d
+    seen = _seen if _seen is not None else set()
+    if (rel, qual) in seen:
+      return None
+    seen.add((rel, qual))
+    for b in self.bases(rel, qual):
+      d = self.method_def(b[0], b[1], name, seen)
+      if d is not None:
+        return d
+    return None
+
+  def may_have(self, rel, qual, attr):
+    """Whether class ``(rel, qual)`` of the codebase (or an instance) may
+    have attribute ``attr``: it or a base defines or sets it, or a base is
+    not a class of the codebase."""
+    seen = set()
+    todo = [(rel, qual)]
+    while todo:
+      c = todo.pop()
+      if c in seen:
+        continue
+      seen.add(c)
+      node = self.class_nodes.get(c)
+      if node is None:
+        return True
+      if self.defs.get((c[0], f'{c[1]}.{attr}')) is not None or (
+          ('a', c[0], c[1], attr) in self.values) or (
+              c[1] and (c[0], f'{c[1]}.{attr}') in self.scopes):
+        return True
+      scope = self.scopes.get(c)
+      if scope is not None and attr in scope.bound:
+        return True  # a class attribute
+      named = [b for b in node.bases if b.keyword is None]
+      bs = self.bases(*c)
+      if len(bs) != len(named) and not all(
+          facts_lib.dotted(b.value) == 'object' for b in named
+          if (facts_lib.dotted(b.value) or '') not in {q for _, q in bs}):
+        return True  # a base from outside the codebase
+      todo.extend(bs)
+    return False
+
+  def _attr_owner(self, rel, qual):
+    """The class whose slots hold the attributes of ``(rel, qual)``'s
+    instances: the root of its first-base chain in the codebase, so that
+    ``self.x`` set in a base and read in a subclass (or the other way)
+    is one slot."""
+    seen = {(rel, qual)}
+    while True:
+      bs = self.bases(rel, qual)
+      if not bs or bs[0] in seen:
+        return rel, qual
+      rel, qual = bs[0]
+      seen.add((rel, qual))
+
+  def _gin(self, rel, qual, call, what):
+    """gin.configurable(X) / gin.external_configurable(X[, name]): X is a
+    configurable; gin.bind_parameter('C.p', v): a binding;
+    gin.constant('NAME', v): a macro; gin.parse_config('...'): bindings."""
+    changed = False
+    args = [a for a in call.args if not a.star]
+    if what in GIN_REGISTER and args and args[0].keyword is None:
+      named = [a for a in args[1:] if a.keyword is None or (
+          a.keyword.value == 'name')]
+      name = (_literal_key(named[0].value) if named else None) or (
+          (facts_lib.dotted(args[0].value) or '').split('.')[-1])
+      self.gin_external[name] = True
+      for v in self.expr_values(rel, qual, args[0].value):
+        changed |= self._add(('ginext', name), {v})
+        d = None
+        if v[0] == 'cls':
+          d = self.method_def(v[1], v[2], '__init__')
+        elif v[0] == 'func':
+          d = self.defs.get((v[1], v[2]))
+        if d is not None and not d.gin:
+          d.gin = True
+          changed = True
+    elif what == 'constant' and len(args) > 1:
+      key = _literal_key(args[0].value)
+      if key is not None:
+        changed |= self._add(('ginmacro', key),
+                             self.expr_values(rel, qual, args[1].value))
+    elif what == 'bind_parameter' and len(args) > 1:
+      target = _binding_target(args[0].value)
+      changed |= self._gin_bind(target, self.expr_values(
+          rel, qual, args[1].value))
+    elif what == 'parse_config' and args:
+      if id(call) not in self._gin_texts:
+        texts = _literal_texts(args[0].value)
+        self._gin_texts[id(call)] = (
+            None if texts is None else
+            [st for t in texts for st in gin_bindings.statements(t)])
+      sts = self._gin_texts[id(call)]
+      if sts is None:  # a config built at run time: any binding
+        changed |= self._gin_bind((None, None), {UNKNOWN})
+      else:
+        for lhs, value in sts:
+          changed |= self._gin_statement(lhs, value)
+    return changed
+
+  def add_gin_text(self, text):
+    """A config file of the tree (``.gin``): its bindings are facts."""
+    for lhs, value in gin_bindings.statements(text):
+      self.constraints.append(('ginstmt', lhs, value))
+
+  def _gin_statement(self, lhs, value):
+    target = gin_bindings.split_name(lhs)
+    if target is None:
+      return False
+    if target[0] is None:  # NAME = value: a macro
+      self.gin_text_macros.setdefault(target[1], value)
+      return False
+    return self._gin_bind(target, self._gin_text_values(value, set()))
+
+  def _gin_text_values(self, value, seen):
+    refs, macros, literal = gin_bindings.value_parts(value)
+    out = {GINVAL} if literal else set()
+    for name, called in refs:
+      out |= self._gin_reference(name, called)
+    for m in macros:
+      if ('ginmacro', m) in self.values:
+        out |= self.values[('ginmacro', m)]
+      elif m in self.gin_text_macros and m not in seen:
+        out |= self._gin_text_values(self.gin_text_macros[m], seen | {m})
+      else:
+        out.add(UNKNOWN)
+    return out
+
+  def _gin_reference(self, name, called):
+    """What ``@name`` (``called``: ``@name()``) gives."""
+    out = set()
+    found = False
+    for gname, rel, qual, kind in self.gin_regs:
+      if gname != name:
+        continue
+      found = True
+      if kind == 'cls':
+        out.add(('instance', rel, qual) if called else ('cls', rel, qual))
+      elif kind == 'func':
+        out |= (set(self.values.get(('r', rel, qual), set())) if called
+                else {('func', rel, qual)})
+      else:  # a legacy module class: @C() would be its output
+        out.add(UNKNOWN if called else
+                ('class', rel, qual.split('.')[-1], frozenset()))
+    if ('ginext', name) in self.values:
+      found = True
+      for v in self.values[('ginext', name)]:
+        if not called:
+          out.add(v)
+        elif v[0] == 'cls':
+          out.add(('instance', v[1], v[2]))
+        elif v[0] == 'func':
+          out |= set(self.values.get(('r', v[1], v[2]), set()))
+        else:
+          out.add(UNKNOWN)
+    return out if found else {UNKNOWN}
+
+  def _gin_bind(self, target, vals):
+    """A binding of ``target`` (configurable name or None for any,
+    parameter or None for any) to ``vals``."""
+    cname, pname = target
+    changed = False
+    for d in self._gin_defs(cname):
+      names = d.pos[1 if d.is_method else 0:] + d.kwonly
+      if pname is None:
+        for n in names:
+          changed |= self._add(d.slot(n), vals)
+        if d.starstar:
+          changed |= self._add_key(d.kwargs_site(), None, vals)
+      else:
+        changed |= self._bind_keyword(d, pname, vals)
+    return changed
+
+  def _gin_defs(self, cname):
+    out = []
+    for gname, rel, qual, kind in self.gin_regs:
+      if cname is not None and gname != cname:
+        continue
+      d = (self.defs.get((rel, qual)) if kind == 'func' else
+           self.method_def(rel, qual, '__init__') if kind == 'cls' else None)
+      if d is not None:
+        out.append(d)
+    for name in self.gin_external:
+      if cname is not None and name != cname:
+        continue
+      for v in self.values.get(('ginext', name), ()):
+        d = (self.method_def(v[1], v[2], '__init__') if v[0] == 'cls' else
+             self.defs.get((v[1], v[2])) if v[0] == 'func' else None)
+        if d is not None:
+          out.append(d)
+    return out
 
   def _bind_args(self, rel, qual, d, args, skip, self_params):
     """Arguments of one call to the parameters of ``d``; ``skip``: leading
@@ -932,7 +1367,7 @@ class Flow:
         star = True
         continue
       if a.star == '**':
-        star = True
+        changed |= self._bind_splat(rel, qual, d, a.value, self_params)
         continue
       if a.keyword is None:
         if skip is None:
@@ -948,16 +1383,44 @@ class Flow:
         elif d.star:
           pass
         continue
-      name = a.keyword.value
-      if name in d.pos or name in d.kwonly:
-        changed |= self._add(d.slot(name),
-                             self.expr_values(rel, qual, a.value))
-      elif d.starstar:
-        changed |= self._add(('kw', d.rel, d.qual, name),
-                             self.expr_values(rel, qual, a.value))
-    if star:  # splatted: any parameter may come from it
+      changed |= self._bind_keyword(d, a.keyword.value,
+                                    self.expr_values(rel, qual, a.value))
+    if star:  # *args: any parameter may come from it
       for n in d.names()[self_params:]:
         changed |= self._add(d.slot(n), {UNKNOWN})
+    return changed
+
+  def _bind_keyword(self, d, name, vals):
+    if name in d.pos or name in d.kwonly:
+      return self._add(d.slot(name), vals)
+    if d.starstar:  # into the **kwargs dict
+      return self._add_key(d.kwargs_site(), name, vals)
+    return False
+
+  def _bind_splat(self, rel, qual, d, expr, self_params):
+    """``f(**x)``: x's keys to the parameters they name, when x is a dict
+    whose keys the facts follow; every parameter may take its values
+    where a key is not known here."""
+    vals = self.expr_values(rel, qual, expr)
+    if not vals and self._final:
+      vals = {UNKNOWN}
+    changed = False
+    for v in vals:
+      keys = self.dict_keys(v)
+      if keys is None:  # not a dict the facts follow
+        keys, v = {'*'}, ('container', None)
+        every = {UNKNOWN}
+      else:  # what the keys not known here hold
+        every = self.values.get(('ck', v[1], '*'), set())
+      for k in keys:
+        if k != '*':
+          changed |= self._bind_keyword(
+              d, k, self.values.get(('ck', v[1], k), set()))
+          continue
+        for n in d.pos[self_params:] + d.kwonly:
+          changed |= self._add(d.slot(n), every)
+        if d.starstar:
+          changed |= self._add_key(d.kwargs_site(), None, every)
     return changed
 
   # -- queries (an empty set is returned as {unknown}: nothing known) --
@@ -992,13 +1455,128 @@ _BUILTINS = frozenset(('len', 'range', 'int', 'float', 'str', 'list', 'dict',
                        'repr', 'format', 'open', 'id', 'hash', 'vars'))
 
 
+def _decorator_name(d):
+  """'gin.configurable' for ``@gin.configurable`` and
+  ``@gin.configurable('name', ...)``; '' for other shapes."""
+  e = d.decorator
+  if isinstance(e, cst.Call):
+    e = e.func
+  return facts_lib.dotted(e) or ''
+
+
+def _is_gin_registration(name):
+  return name.split('.')[0] == 'gin' and name.split('.')[-1] in (
+      'configurable', 'register')
+
+
+def _gin_call(name, file_facts):
+  """The gin function ``name`` (a dotted callee) calls ('bind_parameter',
+  'external_configurable', ...), or None."""
+  head, _, attr = name.rpartition('.')
+  if not head:
+    return None
+  full = (getattr(file_facts, 'imports', {}) or {}).get(head, head)
+  if full.split('.')[0] != 'gin' and head.split('.')[0] != 'gin':
+    return None
+  if attr in GIN_RESULTS or attr in GIN_REGISTER or attr in GIN_BIND:
+    return attr
+  return None
+
+
+def _gin_name(decorator, default):
+  """The name ``@gin.configurable('name')`` registers (else the def's)."""
+  e = decorator.decorator
+  if isinstance(e, cst.Call):
+    for a in e.args:
+      if (a.keyword is None or a.keyword.value == 'name') and not a.star:
+        n = _literal_key(a.value)
+        if n:
+          return n
+        break
+  return default
+
+
+def _binding_target(node):
+  """``(configurable, parameter)`` a gin.bind_parameter name names (None
+  where not known here)."""
+  lit = _literal_key(node)
+  if lit is not None:
+    t = gin_bindings.split_name(lit)
+    return t if t is not None else (None, None)
+  if isinstance(node, (cst.BinaryOperation, cst.FormattedString)):
+    code = cst.Module(body=[]).code_for_node(node)
+    return gin_bindings.name_prefix(code), None
+  return None, None
+
+
+def _literal_texts(node):
+  """The literal strings of ``node`` (a string or a list of them), or
+  None."""
+  if isinstance(node, (cst.List, cst.Tuple)):
+    out = []
+    for e in node.elements:
+      t = _literal_texts(e.value)
+      if t is None:
+        return None
+      out += t
+    return out
+  if isinstance(node, cst.ConcatenatedString):
+    try:
+      v = node.evaluated_value
+    except Exception:  # pylint: disable=broad-except
+      return None
+    return [v] if isinstance(v, str) else None
+  v = _literal_key(node)
+  return None if v is None else [v]
+
+
+def _literal_key(node):
+  """The string a dict key expression is, or None if not a literal."""
+  if isinstance(node, cst.SimpleString):
+    try:
+      v = node.evaluated_value
+    except Exception:  # pylint: disable=broad-except
+      return None
+    return v if isinstance(v, str) else None
+  return None
+
+
+def _subscript_key(sub):
+  """The literal string key of ``d['k']``, or None."""
+  if len(sub.slice) != 1 or not isinstance(sub.slice[0].slice, cst.Index):
+    return None
+  return _literal_key(sub.slice[0].slice.value)
+
+
+def usable(values, attr=None, flow=None):
+  """The values among ``values`` that a working legacy program can have
+  where the expression is used as a legacy module: ``X.attr(...)`` (attr
+  one of MODULE_ATTRS) or called (attr None).  A gin literal, a literal,
+  None cannot be either; a function or a plain class of the codebase has
+  no legacy module attribute (the program would fail there, so no run
+  that works brings them).  What is left is what the use can hold."""
+  out = set()
+  for v in values:
+    if v in (OTHER, NONE, GINVAL):
+      continue
+    if attr in MODULE_ATTRS and v[0] in ('func', 'wrapped', 'boundmethod',
+                                         'none'):
+      continue
+    if (attr in MODULE_ATTRS and v[0] in ('cls', 'instance')
+        and flow is not None and not flow.may_have(v[1], v[2], attr)):
+      continue
+    out.add(v)
+  return out
+
+
 def _partial_of_function(call):
   """``functools.partial(f, k=v, ...)`` binding keywords only (a call of
   the partial passes f's positional arguments as they are)."""
   return (facts_lib.dotted(call.func) == 'functools.partial' and call.args
           and call.args[0].keyword is None and not call.args[0].star
           and isinstance(call.args[0].value, (cst.Name, cst.Attribute))
-          and all(a.keyword is not None for a in call.args[1:]))
+          and all(a.keyword is not None or a.star == '**'
+                  for a in call.args[1:]))
 
 
 def _argument(call, pos, keyword):
@@ -1074,14 +1652,15 @@ def module_values(values):
 
 
 
-def module_choice(codebase, values):
+def module_choice(codebase, values, use='partial'):
   """What a rewrite may rely on when ``values`` are what an expression
-  holds: ``('class', [ModuleInfo, ...])`` when every value is a user
+  used as a legacy module (``use``: the attribute of MODULE_ATTRS it is
+  used with, or None where it is called; see ``usable``) holds: ``('class', [ModuleInfo, ...])`` when every value is a user
   legacy module class and all of them split their parameters the same way;
   ``('layer', name, [keyword sets])`` when every value is the same legacy
   layer (possibly through ``.partial``); else ``(None, why)``.
   """
-  values = [v for v in values]
+  values = list(usable(values, use, getattr(codebase, 'flow', None)))
   if not values or any(v[0] not in MODULE_KINDS for v in values):
     if any(v[0] in MODULE_KINDS for v in values):
       others = sorted({v[0] for v in values if v[0] not in MODULE_KINDS})

@@ -325,9 +325,10 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       # X.partial(...) of something the rules do not know as a legacy
       # module (a parameter, a table entry): linen modules have no
       # .partial, and the rules cannot tell a module from anything else.
-      self.todo(original_node, f'{self.ctx.code_of(f)}(...): not known here '
-                'to be a legacy module; if it is one, use '
-                'functools.partial(X, ...)')
+      why = getattr(self, 'partial_why', {}).get(id(original_node))
+      self.todo(original_node, f'{self.ctx.code_of(f)}(...): ' + (
+          why if why else 'not known here to be a legacy module; if it is '
+          'one, use functools.partial(X, ...)'))
     return new
 
   # -- module definitions (rules/modules.py) --

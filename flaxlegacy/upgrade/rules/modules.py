@@ -98,6 +98,17 @@ class Resolver:
     # off while a body's local aliases are being resolved (_LocalScan):
     # a local not known yet is not an unknown value
     self.flow_names = True
+    # how the expression being resolved is used: called (None) or
+    # ``X.partial(...)`` ... (flow.usable: what a working program can hold)
+    self.use = None
+
+  def used_as(self, expr, use):
+    """``self(expr)`` for an expression used as ``expr.<use>(...)``."""
+    saved, self.use = self.use, use
+    try:
+      return self(expr)
+    finally:
+      self.use = saved
 
   def from_flow(self, expr):
     """(Ref or None, why or None) from what ``expr`` can hold."""
@@ -112,7 +123,8 @@ class Resolver:
                                expr.value)
       if why:  # --observe: the run and the source disagree
         return None, f'{name!r}: {why}; rewrite its uses by hand'
-    choice, why = flow_lib.module_choice(self.up.ctx.codebase, values)
+    choice, why = flow_lib.module_choice(self.up.ctx.codebase, values,
+                                         use=self.use)
     if choice is None:
       return None, (f'{name!r}: {why}; rewrite its uses by hand' if why
                     else None)
@@ -191,7 +203,7 @@ class Resolver:
       f = expr.func
       if isinstance(f, cst.Attribute) and f.attr.value in ('partial',
                                                            'shared'):
-        inner = self(f.value)
+        inner = self.used_as(f.value, f.attr.value)
         if inner is not None and (inner.kind in ('layer', 'class') or (
             inner.kind == 'partial' and f.attr.value == 'partial')):
           return Ref(f.attr.value, inner, expr)
@@ -674,7 +686,7 @@ class ApplyRewriter(transform.Upgrader):
       self.todo(original_node, partial_locals.ATTR_TODO.format(
           name=f.value.value, attr=f.attr.value))
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
-      inner = self.resolver(f.value)
+      inner = self.resolver.used_as(f.value, f.attr.value)
       if inner is not None and (inner.kind in ('layer', 'class') or (
           inner.kind == 'partial' and f.attr.value == 'partial')):
         if f.attr.value == 'partial':
@@ -1218,9 +1230,14 @@ def module_level_partial_leave(up, original_node, updated_node):
   """``X.partial(...)`` outside module bodies -> ``functools.partial``."""
   f = original_node.func
   if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
-    inner = Resolver(up, {})(f.value)
+    resolver = Resolver(up, {})
+    inner = resolver.used_as(f.value, 'partial')
     if inner is not None and inner.kind in ('layer', 'class', 'partial'):
       return partial_call(up, original_node, updated_node, inner)
+    why = resolver.why_not.get(up.ctx.code_of(f.value))
+    if why:  # what the facts say it holds (the TODO says it)
+      up.partial_why = getattr(up, 'partial_why', {})
+      up.partial_why[id(original_node)] = why
   return updated_node
 
 

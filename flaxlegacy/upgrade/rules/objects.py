@@ -43,12 +43,13 @@ def values(codebase, rel, qual, expr):
   return flow.values_of(rel, qual, expr)
 
 
-def module_info(codebase, rel, qual, expr):
-  """The ModuleInfo for every value of ``expr``, or None."""
+def module_info(codebase, rel, qual, expr, use='partial'):
+  """The ModuleInfo for every value of ``expr`` (used as a legacy module:
+  ``flow.usable``), or None."""
   vals = values(codebase, rel, qual, expr)
   if vals is None:
     return None
-  choice, _ = flow_lib.module_choice(codebase, vals)
+  choice, _ = flow_lib.module_choice(codebase, vals, use)
   if choice is None or choice[0] != 'class':
     return None
   return choice[1][0]
@@ -76,7 +77,8 @@ def kind_of_values(vals):
     return (None, 'it holds an optimizer in some runs and a model in others',
             unknown)
   kind = legacy.pop()
-  others = {v[0] for v in vals if _kind(v) is None} - {'unknown', 'none'}
+  others = {v[0] for v in vals if _kind(v) is None} - {
+      'unknown', 'none', 'ginval'}
   if others:
     return None, (f'it holds a legacy {kind} in some runs and something '
                   f'else ({", ".join(sorted(others))}) in others'), unknown
@@ -269,6 +271,24 @@ def optdef_names(codebase, rel, qual, expr):
   if not vals or any(v[0] != 'optdef' for v in vals):
     return None
   return {v[1] for v in vals}
+
+
+def model_partial_keywords(codebase, rel, qual, expr):
+  """The keywords ``.partial`` bound (``'**'``: some not known here) in
+  the module values of the models ``expr`` can hold (flow.py)."""
+  flow = _flow(codebase)
+  if flow is None:
+    return set()
+  out = set()
+  for m in flow.values_of(rel, qual, expr):
+    if m[0] != 'model':
+      continue
+    for v in flow.values.get(m[1], set()):
+      if v[0] == 'class':
+        out |= set(v[3])
+      elif v[0] == 'layer':
+        out |= set(v[2])
+  return out
 
 
 def model_call_conflict(codebase, rel, qual, name, model_class):

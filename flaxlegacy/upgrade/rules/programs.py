@@ -1252,6 +1252,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       # the class with its fields' defaults: fine unless the program
       # builds its models with other values
       bound = set(self.codebase.partial_kwargs.get(self.model_class, ()))
+      # and the .partial keywords of the modules the models this call can
+      # hold were built of, wherever that was (flow.py)
+      bound |= objects.model_partial_keywords(
+          self.codebase, self.f.path, self._qual(), call.func)
       left = sorted(bound - {a.keyword.value for a in field_args})
       if left and id(call) not in self._unknown_calls:
         self._unknown_calls.add(id(call))
@@ -1510,6 +1514,11 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         args = list(updated_node.args)
         args[1] = args[1].with_changes(value=cst.Name('dict'))
         return updated_node.with_changes(args=args)
+    # nn.Model(M, params)(x): called where it is made
+    inner = original_node.func
+    if (isinstance(inner, cst.Call) and self.is_nn(inner.func, 'Model')
+        and len(inner.args) == 2 and not any(a.star for a in inner.args)):
+      return self._inline_model_call(original_node, updated_node)
     # nn.Model(M, params) -> params
     if self.is_nn(f, 'Model') and len(original_node.args) == 2:
       reach = objects.model_reach(self.codebase, self.f.path, original_node,
@@ -1532,6 +1541,35 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       self.note(original_node, 'nn.Model(M, params) -> params')
       return updated_node.args[1].value
     return updated_node
+
+  def _inline_model_call(self, original, updated):
+    """``nn.Model(M, params)(x)`` -> ``M().apply({'params': params}, x)``
+    where M is known and the call needs no state, rng or field (else a
+    TODO: the model made here has no other use to rewrite)."""
+    inner = original.func
+    module = inner.args[0].value
+    info = self._flow_info(module) or aliases.root_info(
+        self.codebase, None, _class_name(module))
+    fields = set(info.fields) | ({info.var_kw} if info.var_kw else set()) if (
+        info is not None) else set()
+    if (not self._known_module(module) or self._stateful or self._stochastic
+        or any(a.star or (a.keyword is not None
+                          and a.keyword.value in fields)
+               for a in original.args)):
+      self.todo(original, 'nn.Model(M, params)(...): a model called where '
+                'it is made; the upgrade rewrites it only for a known module '
+                'called on its inputs, outside nn.stateful / nn.stochastic: '
+                "port by hand to M().apply({'params': params}, ...)")
+      return updated
+    new_inner = updated.func
+    params = (new_inner.args[1].value if isinstance(new_inner, cst.Call)
+              and len(new_inner.args) == 2 else inner.args[1].value)
+    ctor = self.module_ctor(new_inner.args[0].value if isinstance(
+        new_inner, cst.Call) and len(new_inner.args) == 2 else module)
+    args = ', '.join(self._argsrc(a) for a in updated.args)
+    self.note(original, 'nn.Model(M, params)(...) -> M().apply')
+    return _e(f"{ctor}.apply({{'params': {self.ctx.code_of(params)}}}"
+              f"{', ' + args if args else ''})")
 
   def _qualify(self, name):
     if not name:
