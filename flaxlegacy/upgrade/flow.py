@@ -329,6 +329,10 @@ class Flow:
     self.optimizer_sites = {}
     self._module_files = {}
     self._called_positions = set()
+    # plain classes of the codebase: (rel, qual) -> their codebase bases
+    # (resolved each fixpoint round), and the reverse
+    self._bases = {}
+    self._subs = {}
 
   # -- building --
   def add_file(self, rel, module, file_facts):
@@ -420,11 +424,76 @@ class Flow:
   def _fixpoint(self):
     for _ in range(MAX_ROUNDS):
       self._changed = False
+      self._resolve_bases()
       for c in self.constraints:
         self._apply(c)
       if not self._changed:
         return True
     return False
+
+  def _resolve_bases(self):
+    """The codebase base classes of each plain class (``class
+    TransformerTranslate(base_model.BaseModel)``): attributes a base's
+    methods set, and methods a base defines, are the subclass's too."""
+    bases, subs = {}, {}
+    for (rel, qual), node in self.class_nodes.items():
+      if self.globals_kind.get((rel, qual)) != 'cls' or not node.bases:
+        continue
+      outer = qual.rpartition('.')[0]
+      found = []
+      for b in node.bases:
+        if b.keyword is not None:
+          continue
+        for v in self.expr_values(rel, outer, b.value):
+          if v[0] == 'cls' and (v[1], v[2]) != (rel, qual):
+            found.append((v[1], v[2]))
+      if found:
+        bases[(rel, qual)] = found
+        for b in found:
+          subs.setdefault(b, []).append((rel, qual))
+    self._bases, self._subs = bases, subs
+
+  def _ancestry(self, key):
+    """``key`` and its codebase bases, nearest first (a simple MRO)."""
+    out, todo = [], [key]
+    while todo:
+      k = todo.pop(0)
+      if k not in out:
+        out.append(k)
+        todo.extend(self._bases.get(k, ()))
+    return out
+
+  def _descendants(self, key):
+    out, todo = [], list(self._subs.get(key, ()))
+    while todo:
+      k = todo.pop(0)
+      if k not in out:
+        out.append(k)
+        todo.extend(self._subs.get(k, ()))
+    return out
+
+  def _family(self, key):
+    """Classes whose ``self`` an instance of ``key`` (or of a subclass of
+    it: a base's methods run on subclass instances) can be."""
+    if not self._bases and not self._subs:
+      return [key]
+    return self._ancestry(key) + self._descendants(key)
+
+  def _method_defs(self, rel, cls, name):
+    """The defs ``obj.name`` can run for an instance of ``cls`` (or of a
+    subclass of it): the nearest in its ancestry, and every override in
+    its subclasses."""
+    out = []
+    for k in self._ancestry((rel, cls)):
+      d = self.defs.get((k[0], f'{k[1]}.{name}'))
+      if d is not None:
+        out.append(d)
+        break
+    for k in self._descendants((rel, cls)):
+      d = self.defs.get((k[0], f'{k[1]}.{name}'))
+      if d is not None and d not in out:
+        out.append(d)
+    return out
 
   def _open_params(self):
     changed = False
@@ -592,18 +661,26 @@ class Flow:
       return None
     return ('v', rel, s.qual, name)
 
-  def _attr_slots(self, rel, qual, target):
-    """Slots an attribute target / load refers to."""
+  def _attr_slots(self, rel, qual, target, load=False):
+    """Slots an attribute target / load refers to (a load: also the slots
+    of the class's codebase bases and subclasses, whose methods may set
+    it)."""
     base = target.value
     attr = target.attr.value
     s = self.scopes.get((rel, qual))
     if (isinstance(base, cst.Name) and s is not None and s.cls
         and base.value == s.self_name):
-      return [('a', rel, s.cls, attr)]
+      keys = [(rel, s.cls)]
+    else:
+      keys = [(v[1], v[2]) for v in self.expr_values(rel, qual, base)
+              if v[0] == 'instance']
+    if load:
+      keys = [k for key in keys for k in self._family(key)]
     out = []
-    for v in self.expr_values(rel, qual, base):
-      if v[0] == 'instance':
-        out.append(('a', v[1], v[2], attr))
+    for k in keys:
+      slot = ('a', k[0], k[1], attr)
+      if slot not in out:
+        out.append(slot)
     return out
 
   # -- expressions --
@@ -630,7 +707,7 @@ class Flow:
       attr = facts_lib.legacy_attr(expr, f.nn_prefixes) if f else None
       if attr is not None:
         return {self._legacy_value(attr)}
-      slots = self._attr_slots(rel, qual, expr)
+      slots = self._attr_slots(rel, qual, expr, load=True)
       out = set()
       for slot in slots:
         out |= self.values.get(slot, set())
@@ -640,10 +717,10 @@ class Flow:
         if v[0] == 'module':
           out |= self.values.get(('v', v[1], '', expr.attr.value), set())
         elif v[0] == 'instance':
-          d = self.defs.get((v[1], f'{v[2]}.{expr.attr.value}'))
-          if d is not None:  # obj.method
-            out.add(('boundmethod', v[1], d.qual))
-          elif not slots:
+          ds = self._method_defs(v[1], v[2], expr.attr.value)
+          for d in ds:  # obj.method
+            out.add(('boundmethod', d.rel, d.qual))
+          if not ds and not slots:
             out.add(UNKNOWN)
         elif v[0] == 'ext':
           out.add(('ext', f'{v[1]}.{expr.attr.value}'))
@@ -897,8 +974,7 @@ class Flow:
     if method is None and isinstance(f, cst.Attribute):
       # obj.m(...) / self.m(...): a method of a class of the codebase
       for v in self._receiver_classes(rel, qual, f.value):
-        d = self.defs.get((v[0], f'{v[1]}.{f.attr.value}'))
-        if d is not None:
+        for d in self._method_defs(v[0], v[1], f.attr.value):
           targets.append((d, 0, 1))
     for d, skip, self_params in targets:
       d.called = True
