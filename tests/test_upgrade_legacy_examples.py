@@ -117,9 +117,10 @@ VERIFIED = {
 
 # Transformers (wmt, lm1b, nlp_seq): legacy attention -> linen
 # MultiHeadDotProductAttention + legacy_attention_mask (rules/attention.py).
-# wmt's Transformer is left out: its @nn.module_method encode/decode build
-# the shared embedding under a condition (a TODO of the module-methods rule:
-# no static plan for setup), and its decoding cache is program-level.
+# wmt's Transformer is left out: its decoding cache is program-level.  (Its
+# @nn.module_method encode/decode, which build the shared embedding under a
+# condition, now run through one compact method: rules/module_methods.py,
+# checked on the same shape in tests/test_upgrade_module_methods.py.)
 _T_SMALL = {'emb_dim': 8, 'num_heads': 2, 'num_layers': 2, 'qkv_dim': 8,
             'mlp_dim': 16, 'max_len': 16}
 _T_BLOCK = {'qkv_dim': 8, 'mlp_dim': 16, 'num_heads': 2,

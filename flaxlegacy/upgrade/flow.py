@@ -426,6 +426,10 @@ class Flow:
     # id(Name load) -> the slot of the ``name = value`` of its block that
     # it reads (_Collect.leave_Assign)
     self.reaching = {}
+    # plain classes of the codebase: (rel, qual) -> their codebase bases
+    # (resolved each fixpoint round), and the reverse
+    self._bases = {}
+    self._subs = {}
 
   # -- building --
   def add_file(self, rel, module, file_facts):
@@ -551,11 +555,69 @@ class Flow:
   def _fixpoint(self):
     for _ in range(MAX_ROUNDS):
       self._changed = False
+      self._resolve_bases()
       for c in self.constraints:
         self._apply(c)
       if not self._changed:
         return True
     return False
+
+  def _resolve_bases(self):
+    """The codebase base classes of each plain class (``class
+    TransformerTranslate(base_model.BaseModel)``): attributes a base's
+    methods set, and methods a base defines, are the subclass's too."""
+    bases, subs = {}, {}
+    for (rel, qual), node in self.class_nodes.items():
+      if self.globals_kind.get((rel, qual)) != 'cls' or not node.bases:
+        continue
+      outer = qual.rpartition('.')[0]
+      found = []
+      for b in node.bases:
+        if b.keyword is not None:
+          continue
+        for v in self.expr_values(rel, outer, b.value):
+          if v[0] == 'cls' and (v[1], v[2]) != (rel, qual):
+            found.append((v[1], v[2]))
+      if found:
+        bases[(rel, qual)] = found
+        for b in found:
+          subs.setdefault(b, []).append((rel, qual))
+    self._bases, self._subs = bases, subs
+
+  def _ancestry(self, key):
+    """``key`` and its codebase bases, nearest first (a simple MRO)."""
+    out, todo = [], [key]
+    while todo:
+      k = todo.pop(0)
+      if k not in out:
+        out.append(k)
+        todo.extend(self._bases.get(k, ()))
+    return out
+
+  def _descendants(self, key):
+    out, todo = [], list(self._subs.get(key, ()))
+    while todo:
+      k = todo.pop(0)
+      if k not in out:
+        out.append(k)
+        todo.extend(self._subs.get(k, ()))
+    return out
+
+  def _method_defs(self, rel, cls, name):
+    """The defs ``obj.name`` can run for an instance of ``cls`` (or of a
+    subclass of it): the nearest in its ancestry, and every override in
+    its subclasses."""
+    out = []
+    for k in self._ancestry((rel, cls)):
+      d = self.defs.get((k[0], f'{k[1]}.{name}'))
+      if d is not None:
+        out.append(d)
+        break
+    for k in self._descendants((rel, cls)):
+      d = self.defs.get((k[0], f'{k[1]}.{name}'))
+      if d is not None and d not in out:
+        out.append(d)
+    return out
 
   def _open_params(self):
     changed = False
@@ -734,8 +796,10 @@ class Flow:
       return None
     return ('v', rel, s.qual, name)
 
-  def _attr_slots(self, rel, qual, target):
-    """Slots an attribute target / load refers to."""
+  def _attr_slots(self, rel, qual, target, load=False):  # pylint: disable=unused-argument
+    """Slots an attribute target / load refers to: one per attribute of a
+    class family (``_attr_owner``: set in a base, read in a subclass, or
+    the other way, it is one slot)."""
     base = target.value
     attr = target.attr.value
     s = self.scopes.get((rel, qual))
@@ -775,7 +839,7 @@ class Flow:
       attr = facts_lib.legacy_attr(expr, f.nn_prefixes) if f else None
       if attr is not None:
         return {self._legacy_value(attr)}
-      slots = self._attr_slots(rel, qual, expr)
+      slots = self._attr_slots(rel, qual, expr, load=True)
       out = set()
       for slot in slots:
         out |= self.values.get(slot, set())
@@ -785,12 +849,13 @@ class Flow:
         if v[0] == 'module':
           out |= self.values.get(('v', v[1], '', expr.attr.value), set())
         elif v[0] == 'instance':
-          d = self.method_def(v[1], v[2], expr.attr.value)
-          if d is not None and d.property:  # obj.prop: what it returns
-            out |= self.values.get(('r', d.rel, d.qual), set())
-          elif d is not None:  # obj.method
-            out.add(('boundmethod', d.rel, d.qual))
-          elif not slots:
+          ds = self._method_defs(v[1], v[2], expr.attr.value)
+          for d in ds:
+            if d.property:  # obj.prop: what it returns
+              out |= self.values.get(('r', d.rel, d.qual), set())
+            else:  # obj.method
+              out.add(('boundmethod', d.rel, d.qual))
+          if not ds and not slots:
             out.add(UNKNOWN)
         elif v[0] == 'ext':
           out.add(('ext', f'{v[1]}.{expr.attr.value}'))
@@ -1109,8 +1174,14 @@ class Flow:
       # obj.m(...) / self.m(...) / super().m(...): a method of a class of
       # the codebase (or of one of its bases)
       for v in self._receiver_classes(rel, qual, f.value):
-        d = self.method_def(v[0], v[1], f.attr.value)
-        if d is not None:
+        if (isinstance(f.value, cst.Call)
+            and facts_lib.dotted(f.value.func) == 'super'):
+          # super().m(...): the bases' m, never a subclass's override
+          d = self.method_def(v[0], v[1], f.attr.value)
+          ds = [d] if d is not None else []
+        else:
+          ds = self._method_defs(v[0], v[1], f.attr.value)
+        for d in ds:
           targets.append((d, 0, 1))
     for d, skip, self_params in targets:
       d.called = True

@@ -22,17 +22,34 @@ submodules that ``setup`` defines.  So:
 * the program calls it with ``module.apply(variables, ..., method='m')``
   (rules/programs.py).
 
-Left as it was, with a TODO naming the reason: a module method that builds
-a submodule without a literal name, or whose constructor arguments use a
-value only known inside the method (a parameter or local), or the same name
-built with different arguments in two places.
+Where no such setup plan is certain (a submodule built without a literal
+name, from a value only the method knows -- an input, a local such as an
+embedding shared under a condition --, or with other arguments than
+``__call__`` gives it), ``__call__`` and the module methods keep building
+their submodules inline: their bodies move to private methods
+(``_call_body``, ``_encode_body`` ...) that the public methods run through
+one ``@nn.compact`` method (``_legacy_scope``), so whichever runs builds its
+submodules under the legacy names and finds the parameters ``__call__``
+made, as legacy module methods did.
+
+A method parameter that is a field whose default differs from ``apply``'s
+(wmt's ``encode(..., train=True)`` beside ``apply(..., train=False)``)
+stays a parameter of the method with its own default when no ``.partial``
+of the class binds it (legacy used the method's default then); when one
+does, it becomes the field and gets a TODO (a constructor that leaves it
+unbound gives the field apply's default).
+
+Left as it was, with a TODO naming the reason: a class that also defines
+``setup``, a method that assigns one of its field parameters.
 """
 
+import copy
 import keyword
 
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import helpers
 from flaxlegacy.upgrade.rules import methods as methods_rule
@@ -102,6 +119,13 @@ class _Loads(walk.FastVisitor):
     self.names.add(node.value)
 
 
+class _Used(_Loads):
+  """Names read outside ``del`` statements."""
+
+  def visit_Del(self, node):
+    return False
+
+
 def _name_kw(call):
   for a in call.args:
     if a.keyword is not None and a.keyword.value == 'name':
@@ -158,38 +182,258 @@ class _DropFieldDels(cst.CSTTransformer):
     return updated_node.with_changes(target=cst.Tuple(elements=keep))
 
 
-def _convert_method(up, info, fn):
-  """The rewritten module method (no decorator, field parameters dropped)."""
+def _code(node):
+  return None if node is None else cst.Module([]).code_for_node(node).strip()
+
+
+def _late_defaults(up, info, fn):
+  """Field parameters of a module method whose default is not the field's.
+
+  Legacy gave the method the ``.partial`` keyword when one was bound, else
+  the method's own default.  A parameter no ``.partial`` of the class binds
+  stays a parameter of the method, with its default (returned in ``keep``);
+  one some ``.partial`` binds becomes the field (``self.p``) and gets a TODO
+  (``differ``): where a constructor leaves it unbound, the field's default
+  replaces the method's.
+  """
+  bound = up.ctx.codebase.partial_kwargs.get(info.name, set())
+  used = _Used()
+  fn.body.visit(used)
+  keep, differ = set(), []
+  ps = fn.params
+  for p in list(ps.params) + list(ps.kwonly_params):
+    name = p.name.value
+    if name not in info.fields or p.default is None:
+      continue
+    if (_code(p.default) == (info.defaults.get(name) or '').strip()
+        or name not in used.names):  # (only in a ``del``: unused)
+      continue
+    if name in bound or '**' in bound:
+      differ.append(name)
+    else:
+      keep.add(name)
+  return keep, differ
+
+
+def _convert_method(up, info, fn, shared=False):
+  """The rewritten module method (no decorator, field parameters dropped).
+
+  Returns (FunctionDef, dropped field parameters, TODO texts), or
+  (None, why, None).  ``shared``: the method body will run inside the
+  class's one compact method (``_shared_form``), so its submodules may be
+  auto-named under loops (a ``legacy_autoname`` counter, as ``__call__``).
+  """
   from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
-  rw = modules.ApplyRewriter(up, info, fn)
-  if rw.dynamic:
-    return None, 'its submodule names depend on loops or conditions'
+  keep, differ = _late_defaults(up, info, fn)
+  minfo = info
+  if keep:
+    minfo = copy.copy(info)
+    minfo.fields = [f for f in info.fields if f not in keep]
+  rw = modules.ApplyRewriter(up, minfo, fn)
+  if rw.dynamic and not shared:
+    return None, 'its submodule names depend on loops or conditions', None
   body = fn.body.visit(rw)
   if rw.assigned_fields:
-    return None, f'it assigns the parameter {rw.assigned_fields[0]!r}'
+    return None, f'it assigns the parameter {rw.assigned_fields[0]!r}', None
   body = body.visit(_DropFieldDels())
+  if rw.used_dynamic:
+    up.ctx.needed_imports.add('itertools')
+    stmts = list(body.body)
+    at = 1 if stmts and transform._is_docstring(stmts[0]) else 0  # pylint: disable=protected-access
+    stmts[at:at] = [cst.parse_statement(
+        f'{modules.AUTONAME_VAR} = itertools.count()  # legacy auto-names: '
+        'one counter for all submodules\n')]
+    body = body.with_changes(body=stmts)
   fields = set(rw.fields)
   ps = fn.params
 
-  def keep(plist):
+  def keep_(plist):
     return [p for p in plist if p.name.value not in fields]
 
-  plist = keep(ps.params)
+  plist = keep_(ps.params)
   if plist:
     plist[-1] = plist[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
-  kwonly = keep(ps.kwonly_params)
+  kwonly = keep_(ps.kwonly_params)
   star = ps.star_arg
   if isinstance(star, cst.ParamStar) and not kwonly:
     star = cst.MaybeSentinel.DEFAULT
   params = ps.with_changes(params=plist, kwonly_params=kwonly,
                            star_arg=star,
-                           posonly_params=keep(ps.posonly_params))
+                           posonly_params=keep_(ps.posonly_params))
   dropped = [p.name.value for p in list(ps.params) + list(ps.kwonly_params)
              if p.name.value in fields]
-  return fn.with_changes(decorators=[], params=params, body=body), dropped
+  todos = [f'{fn.name.value}: parameter {p!r} defaults to '
+           f'{_code(_param(fn, p).default)} here and to '
+           f'{info.defaults.get(p)} in apply; it is the field self.{p} now, '
+           'which a constructor that does not bind it sets to apply\'s '
+           'default' for p in differ]
+  return (fn.with_changes(decorators=[], params=params, body=body), dropped,
+          todos)
+
+
+def _param(fn, name):
+  ps = fn.params
+  return next(p for p in list(ps.params) + list(ps.kwonly_params)
+              if p.name.value == name)
 
 
 def convert(up, info, new_body, methods):
+  """Rewrites the module methods of a converted class body.
+
+  ``new_body``: the converted class body (``__call__``, helpers ...) with
+  the original module methods still in it.  Returns the new body and notes
+  on what was done, or (None, why).
+
+  The submodules the methods build move to ``setup`` where that plan is
+  certain (``_setup_form``); otherwise ``__call__`` and the methods run
+  their bodies inside one compact method (``_shared_form``).
+  """
+  fns = {s.name.value for s in new_body if isinstance(s, cst.FunctionDef)}
+  if 'setup' in fns:
+    return None, 'the class also defines setup'
+  body, notes = _setup_form(up, info, new_body, methods)
+  if body is not None:
+    return body, notes
+  body, why = _shared_form(up, info, new_body, methods)
+  if body is None:
+    return None, f'{notes}; {why}'
+  return body, why
+
+
+def _with_todos(up, body, todos):
+  """``todos``: method name -> TODO texts, written above each method."""
+  if not todos:
+    return body
+  out = []
+  for s in body:
+    if isinstance(s, cst.FunctionDef) and s.name.value in todos:
+      for why in todos[s.name.value]:
+        up.ctx.report.left.append({'line': up._line_of(s), 'why': why})  # pylint: disable=protected-access
+      s = transform.add_todos(s, todos[s.name.value])
+    out.append(s)
+  return out
+
+
+def _fresh(base, taken):
+  name = base
+  while name in taken:
+    name += '_'
+  taken.add(name)
+  return name
+
+
+SCOPE_METHOD = '_legacy_scope'
+
+
+def _split(fn, scope, inner_name, drop_decorators=()):
+  """``fn`` -> (public method forwarding to the compact scope, body)."""
+  ps = fn.params
+  plist = list(ps.posonly_params) + list(ps.params)
+  self_name = plist[0].name.value
+  args = [cst.Arg(value=cst.Name(p.name.value)) for p in plist[1:]]
+  if isinstance(ps.star_arg, cst.Param):
+    args.append(cst.Arg(value=cst.Name(ps.star_arg.name.value), star='*'))
+  args += [cst.Arg(keyword=cst.Name(p.name.value),
+                   value=cst.Name(p.name.value)) for p in ps.kwonly_params]
+  if ps.star_kwarg is not None:
+    args.append(cst.Arg(value=cst.Name(ps.star_kwarg.name.value), star='**'))
+  args = [cst.Arg(value=cst.parse_expression(f'{self_name}.{inner_name}'))
+          ] + args
+  call = cst.Call(func=cst.parse_expression(f'{self_name}.{scope}'),
+                  args=args)
+  stmts = list(fn.body.body)
+  doc = []
+  if stmts and transform._is_docstring(stmts[0]):  # pylint: disable=protected-access
+    doc, stmts = [stmts[0]], stmts[1:]
+  if not stmts:
+    stmts = [cst.SimpleStatementLine([cst.Pass()])]
+  public = fn.with_changes(
+      decorators=[d for d in fn.decorators if id(d) not in drop_decorators],
+      body=fn.body.with_changes(body=doc + [cst.SimpleStatementLine(
+          [cst.Return(value=call)])]))
+
+  def bare(p):
+    return p.with_changes(default=None, equal=cst.MaybeSentinel.DEFAULT)
+
+  inner_params = ps.with_changes(
+      posonly_params=[bare(p) for p in ps.posonly_params],
+      params=[bare(p) for p in ps.params],
+      kwonly_params=[bare(p) for p in ps.kwonly_params])
+  inner = fn.with_changes(
+      name=cst.Name(inner_name), decorators=[], params=inner_params,
+      body=fn.body.with_changes(body=stmts),
+      leading_lines=[cst.EmptyLine(indent=False)])
+  return public, inner
+
+
+def _shared_form(up, info, new_body, methods):
+  """``__call__`` and the module methods forward to one compact method.
+
+  Linen allows one ``@nn.compact`` method per class, and methods it calls
+  may build submodules inline.  So ``__call__``'s body and each module
+  method's body move to private methods (``_call_body``, ``_encode_body``
+  ...), and the public methods call them through ``_legacy_scope``, the one
+  compact method: whichever runs, it builds its submodules inline under the
+  names legacy gave them, and finds the parameters ``__call__`` made (legacy
+  module methods shared the module's scope the same way).
+  """
+  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+  converted = {}
+  todos = {}
+  for m in methods:
+    new, dropped, why = _convert_method(up, info, m, shared=True)
+    if new is None:
+      return None, f'module method {m.name.value}: {dropped}'
+    converted[id(m)] = new
+    if why:
+      todos[m.name.value] = why
+  body = [converted.get(id(s), s) for s in new_body]
+  call = next((s for s in body if isinstance(s, cst.FunctionDef)
+               and s.name.value == '__call__'), None)
+  if call is None:
+    return None, 'no __call__ to share the compact scope with'
+  compact = [d for d in call.decorators
+             if (facts_lib.dotted(d.decorator) or '').endswith('compact')]
+  if not compact:
+    return None, '__call__ is not compact'
+  taken = ({s.name.value for s in body if isinstance(s, cst.FunctionDef)}
+           | set(info.fields) | {info.var_kw} | set(modules.RESERVED_FIELDS))
+  scope = _fresh(SCOPE_METHOD, taken)
+  forward = {id(call)} | {id(v) for v in converted.values()}
+  out = []
+  for s in body:
+    if isinstance(s, cst.FunctionDef) and id(s) in forward:
+      base = 'call' if s.name.value == '__call__' else s.name.value.strip('_')
+      public, inner = _split(s, scope, _fresh(f'_{base}_body', taken),
+                             {id(d) for d in compact})
+      out += [public, inner]
+    else:
+      out.append(s)
+  names = ', '.join(['__call__'] + [m.name.value for m in methods])
+  dispatcher = cst.FunctionDef(
+      name=cst.Name(scope),
+      params=cst.Parameters(
+          params=[cst.Param(name=cst.Name('self')),
+                  cst.Param(name=cst.Name('method'))],
+          star_arg=cst.Param(name=cst.Name('args')),
+          star_kwarg=cst.Param(name=cst.Name('kwargs'))),
+      decorators=[compact[0]],
+      body=cst.IndentedBlock(body=[cst.SimpleStatementLine(
+          [cst.Return(value=cst.parse_expression('method(*args, **kwargs)'))],
+          leading_lines=[cst.EmptyLine(comment=cst.Comment(c)) for c in (
+              '# linen allows one compact method: ' + names + ' run their',
+              '# legacy bodies through this one, so they build and share the',
+              '# same submodules, under the names legacy gave them')])]),
+      leading_lines=[cst.EmptyLine(indent=False)])
+  at = next(i for i, s in enumerate(out) if isinstance(s, cst.FunctionDef))
+  out[at:at] = [dispatcher]
+  out = _with_todos(up, out, todos)
+  return out, [f'__call__ and {sorted(m.name.value for m in methods)} run in '
+               f'one compact method ({scope}); their bodies build the shared '
+               'submodules inline']
+
+
+def _setup_form(up, info, new_body, methods):
   """Rewrites the module methods of a converted class body.
 
   ``new_body``: the converted class body (``__call__``, helpers ...) with
@@ -200,17 +444,18 @@ def convert(up, info, new_body, methods):
   names = {m.name.value for m in methods}
   converted = {}
   notes = []
+  todos = {}
   for m in methods:
-    new, dropped = _convert_method(up, info, m)
+    new, dropped, why = _convert_method(up, info, m)
     if new is None:
       return None, f'module method {m.name.value}: {dropped}'
     converted[id(m)] = new
+    if why:
+      todos[m.name.value] = why
     if dropped:
       notes.append(f'{m.name.value}: parameters {dropped} are fields')
   body = [converted.get(id(s), s) for s in new_body]
   fns = {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
-  if 'setup' in fns:
-    return None, 'the class also defines setup'
   resolver = modules.Resolver(up, {})
 
   def is_ctor(expr):
@@ -237,7 +482,7 @@ def convert(up, info, new_body, methods):
                       '(linen needs it in setup)')
       hoist.setdefault(lit, [])
   if not hoist:
-    return body, notes
+    return _with_todos(up, body, todos), notes
   taken = set(fns) | set(info.fields) | {info.var_kw} | set(
       modules.RESERVED_FIELDS)
   bound = {}
@@ -286,6 +531,7 @@ def convert(up, info, new_body, methods):
   at = next(i for i, s in enumerate(body)
             if isinstance(s, cst.FunctionDef))
   body[at:at] = [setup]
+  body = _with_todos(up, body, todos)
   notes.append(f'submodules {sorted(hoist)} -> setup (shared by __call__ '
                f'and {sorted(names)})')
   return body, notes

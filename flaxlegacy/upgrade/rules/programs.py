@@ -529,6 +529,16 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return objects.module_info(self.codebase, self.f.path, self._qual(),
                                expr)
 
+  def _may_hold_module(self, expr):
+    """Whether some value of ``expr`` is a legacy module class or layer
+    (flow.py): its life cycle calls are legacy even in a file that does not
+    import flax.nn (a test that builds models through a library)."""
+    flow = getattr(self.codebase, 'flow', None)
+    if flow is None:
+      return False
+    return any(v[0] in ('class', 'layer') for v in flow.values_of(
+        self.f.path, self._qual(), expr))
+
   def _known_module(self, expr):
     """A legacy module class, ``M.partial(...)`` of one, or a name bound
     to such a partial in scope."""
@@ -978,7 +988,8 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return self._stateful_assign(orig, stmt, line)
     attr = ov.func.attr.value
     if attr in ('init', 'create') and isinstance(t, (cst.Tuple, cst.List)) \
-        and len(t.elements) == 2 and ov.args and self.f.nn_prefixes and not (
+        and len(t.elements) == 2 and ov.args and (
+            self.f.nn_prefixes or self._may_hold_module(ov.func.value)) and not (
             self._is_module_expr(ov.func.value) or (
                 isinstance(ov.func.value, cst.Name)
                 and self.scope.lookup('modvars_', ov.func.value.value))) \
