@@ -507,9 +507,10 @@ def verify_codebase(cb, corpus, args):
   from flaxlegacy.upgrade import observe  # pylint: disable=g-import-not-at-top
   from flaxlegacy.upgrade import verify  # pylint: disable=g-import-not-at-top
   src = extract(cb, corpus, args)
-  dest = os.path.join(args.workdir, cb['name'], 'upgraded')
-  if args.force or not os.path.exists(os.path.join(dest, 'upgrade.json')):
-    dest, _ = upgrade_tree(cb, src, args)
+  # the upgrade of this checkout, every time (seconds); the recorded inits
+  # are kept across runs (they depend on the layer, not the upgrade) unless
+  # --force
+  dest, _ = upgrade_tree(cb, src, args)
   with open(os.path.join(dest, 'upgrade.json')) as f:
     modules = json.load(f)['modules']
   inits = os.path.join(args.workdir, cb['name'], 'inits')
