@@ -316,6 +316,52 @@ def test_upgraded_early_linen_computes_the_same_numbers(
   assert want['cpx_dense:params/Dense_0/kernel'][0] == '<c16'
 
 
+def test_featureless_cell_with_a_legacy_initializer_keyword():
+  # jvmc: an early-linen cell whose initializer comes from legacy flax.nn
+  # (``flax.nn.linear.default_kernel_init``, the same value in linen): no
+  # TODO on it, so the cell rule applies as to any featureless cell.
+  source = textwrap.dedent('''\
+      import functools
+      import flax
+      import flax.linen as nn
+      import jax.numpy as jnp
+      class Cell(nn.Module):
+        @nn.compact
+        def __call__(self, carry, x):
+          init = functools.partial(flax.nn.linear.default_kernel_init,
+                                   dtype=jnp.float64)
+          return nn.LSTMCell(kernel_init=flax.nn.linear.default_kernel_init)(
+              carry, x)
+  ''')
+  new, report = api.upgrade_source(source, 'cells.py')
+  assert not report.left, report.left
+  assert ('init = functools.partial(flax.linen.linear.default_kernel_init,'
+          in new)
+  assert ('return legacy_cells.LSTMCell(kernel_init=flax.linen.linear.'
+          'default_kernel_init)(' in new)
+
+
+def test_same_attrs_in_linen_are_the_same_values():
+  # the table behind the rewrite above: each legacy name computes what its
+  # linen namesake computes (run under the layer)
+  proc = run_python('''
+      import jax, numpy as np
+      import flax.linen
+      from flax import nn
+      from flaxlegacy.upgrade import transform
+      key = jax.random.PRNGKey(3)
+      for name in sorted(transform.SAME_ATTRS_IN_LINEN):
+        legacy, today = nn, flax.linen
+        for part in name.split('.'):
+          legacy, today = getattr(legacy, part), getattr(today, part)
+        a = np.asarray(legacy(key, (5, 7)))
+        b = np.asarray(today(key, (5, 7)))
+        assert a.shape == (5, 7) and np.array_equal(a, b), name
+      print('same', len(transform.SAME_ATTRS_IN_LINEN))
+  ''', env={'FLAXLEGACY': 'on'})
+  assert proc.stdout.split()[-2:] == ['same', '1']
+
+
 XLA_WHY = ('jax.lib.xla_client was removed from JAX; today: jaxlib.xla_client '
            '(Device, Client, Shape, ...); jax.Device for type annotations')
 

@@ -22,6 +22,10 @@ SAME_IN_LINEN = frozenset(
      'elu', 'gelu', 'glu', 'leaky_relu', 'log_sigmoid', 'log_softmax', 'relu',
      'sigmoid', 'soft_sign', 'softmax', 'softplus', 'swish', 'tanh', 'silu',
      'compact'))
+# Legacy flax.nn names under a submodule whose linen namesake (the same
+# path under flax.linen) is the same value: ``nn.linear.default_kernel_init``
+# is ``lecun_normal()`` in both.
+SAME_ATTRS_IN_LINEN = frozenset(('linear.default_kernel_init',))
 PROGRAM_METHODS = frozenset(('init', 'init_by_shape', 'call', 'create',
                              'create_by_shape'))
 # Methods only legacy modules have: any call left after the program rules
@@ -190,8 +194,8 @@ class Upgrader(TodoComments, cst.CSTTransformer):
   # -- removed JAX names --
   def visit_Attribute(self, node):
     # nn.linear._conv_dimension_numbers: the module part is consumed too
-    if facts_lib.legacy_attr(node, self.ctx.facts.nn_prefixes) in (
-        layers_rule.LEGACY_HELPERS):
+    attr = facts_lib.legacy_attr(node, self.ctx.facts.nn_prefixes)
+    if attr in layers_rule.LEGACY_HELPERS or attr in SAME_ATTRS_IN_LINEN:
       self._handled.add(id(node.value))
     return True
 
@@ -239,7 +243,8 @@ class Upgrader(TodoComments, cst.CSTTransformer):
                    f'{fn}')
       self.ctx.report.rewritten[-1]['shipped'] = full
       return jax_names.expr(f'upgraded_layers.{fn}')
-    if attr is not None and id(original_node) not in self._handled:
+    if (attr is not None and id(original_node) not in self._handled
+        and attr not in SAME_ATTRS_IN_LINEN):
       head = attr.split('.')[0]
       if head not in SAME_IN_LINEN:
         why = layers_rule.UNSUPPORTED_LAYERS.get(head)
