@@ -362,6 +362,49 @@ def test_same_attrs_in_linen_are_the_same_values():
   assert proc.stdout.split()[-2:] == ['same', '1']
 
 
+X64_CELLS = textwrap.dedent('''\
+    import jax
+    from jax import config
+    config.update("jax_enable_x64", True)
+    import flax.linen as nn
+    import jax.numpy as jnp
+
+    def run():
+      x = jnp.ones((1, 2), jnp.float64)
+      c = nn.LSTMCell.initialize_carry(jax.random.PRNGKey(0), (1,), 3)
+      cell = nn.LSTMCell(
+          kernel_init=jax.nn.initializers.lecun_normal(dtype=jnp.float64))
+      (c2, y), _ = cell.init_with_output(jax.random.PRNGKey(1), c, x)
+      return [str(a.dtype) for a in jax.tree_util.tree_leaves((c, c2, y))]
+''')
+
+
+def test_x64_carry_keeps_flax03_dtype_without_flaxlegacy(
+    tmp_path, python_without_flaxlegacy):
+  # jvmc: under x64, flax 0.3's initialize_carry drew the carry with the
+  # initializer's default dtype (float64); today's cell passes param_dtype
+  # (float32) and a scan over the cell then refuses the carry.  In a file
+  # that turns x64 on, the upgrade calls the initializer as flax 0.3 did.
+  src = tmp_path / 'src'
+  src.mkdir()
+  (src / 'cells.py').write_text(X64_CELLS)
+  status, _ = api.upgrade_paths([str(src)], out=str(tmp_path / 'out'))
+  assert status == 0
+  new = (tmp_path / 'out' / 'cells.py').read_text()
+  assert ('carry_init=upgraded_layers.legacy_initializer('
+          'jax.nn.initializers.zeros)' in new), new
+  script = 'import cells; print(" ".join(cells.run()))'
+  original = run_python(script, env={'FLAXLEGACY': 'on',
+                                     'PYTHONPATH': str(src)})
+  rewritten = subprocess.run(
+      [python_without_flaxlegacy, '-c', script], env=standalone_env.env(),
+      cwd=str(tmp_path / 'out'), capture_output=True, text=True, timeout=300)
+  assert rewritten.returncode == 0, rewritten.stderr[-3000:]
+  want = original.stdout.splitlines()[-1].split()
+  assert want == ['float64'] * 5  # carry (c, h), new carry, output
+  assert rewritten.stdout.splitlines()[-1].split() == want
+
+
 XLA_WHY = ('jax.lib.xla_client was removed from JAX; today: jaxlib.xla_client '
            '(Device, Client, Shape, ...); jax.Device for type annotations')
 

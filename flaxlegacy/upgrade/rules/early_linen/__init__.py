@@ -101,9 +101,10 @@ def run(file_facts, report, module, code=None):
       break  # no flax 0.3 pattern here: nothing says it is early linen
     if not rule.relevant(code, names) and not (rule is keys and jax_only):
       continue
-    new = _common.apply(rule.Rule(names, report, needed, jax_only)
-                        if rule in (frozendict, keys) else
-                        rule.Rule(names, report, needed), module)
+    r = (rule.Rule(names, report, needed, jax_only)
+         if rule in (frozendict, keys) else rule.Rule(names, report, needed))
+    r.code = code
+    new = _common.apply(r, module)
     if new is not module:
       module, code = new, new.code
   if needed:

@@ -85,6 +85,7 @@ class Rule(transform.TodoComments, cst.CSTTransformer):
     self.ctx = types.SimpleNamespace(report=report)
     self._todos = []  # one list per open statement (TodoComments)
     self.positions = None  # of the module walked (apply)
+    self.code = ''  # the file's source as the rules found it (run)
 
   @property
   def report(self):

@@ -8,7 +8,11 @@
   size from ``features``; it splits the key and calls the initializer as
   flax 0.3 did.  ``init_fn`` becomes ``carry_init`` (wrapped in
   ``upgraded_layers.legacy_initializer`` unless it is a flax / JAX
-  initializer, which takes today's dtype argument).  ``ConvLSTM``'s
+  initializer, which takes today's dtype argument).  In a file that turns
+  ``jax_enable_x64`` on, every ``init_fn`` -- the default ``zeros`` written
+  out -- is wrapped: flax 0.3 drew the carry in the initializer's default
+  dtype (float64 under x64), today's cell would pass its float32
+  ``param_dtype``.  ``ConvLSTM``'s
   ``size`` is the carry's shape without the batch dimensions:
   ``ConvLSTMCell(features=size[-1], kernel_size=(1,) * (len(size) - 1),
   parent=None).initialize_carry(rng, batch_dims + size)``.
@@ -166,12 +170,23 @@ class Rule(_common.Rule):
       ctor = [cst.Arg(keyword=cst.Name('features'), value=size, equal=_eq())]
       shape = _tuple_plus(dims, cst.Tuple(elements=[cst.Element(
           value=size, comma=cst.Comma())]))
+    # flax 0.3 called init_fn(key, shape): the carry took the initializer's
+    # default dtype, float64 under x64; today's cell passes its
+    # param_dtype (float32).  In a file that turns x64 on, the default
+    # init_fn (zeros) is written out and every initializer is called as
+    # flax 0.3 called it.
+    x64 = 'jax_enable_x64' in self.code
+    if 'init_fn' not in bound and x64 and cell not in (
+        'ConvLSTM', 'ConvLSTMCell'):
+      bound['init_fn'] = cst.Arg(value=_common.e(self.names.spell(
+          'jax.nn.initializers.zeros', self.needed)))
     if 'init_fn' in bound:
       init = bound['init_fn'].value
       q = self.names.qualify(init.func if isinstance(init, cst.Call)
                              else init) or ''
-      if not q.startswith(('flax.linen.initializers.', 'jax.nn.initializers.',
-                           'flax.linen.zeros', 'flax.linen.ones')):
+      if x64 or not q.startswith((
+          'flax.linen.initializers.', 'jax.nn.initializers.',
+          'flax.linen.zeros', 'flax.linen.ones')):
         self.needed.add('flaxlegacy.migrate.upgraded_layers')
         init = cst.Call(func=_common.e('upgraded_layers.legacy_initializer'),
                         args=[cst.Arg(value=init)])
