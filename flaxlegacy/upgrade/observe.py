@@ -315,14 +315,22 @@ def record_inits(module_cls, module_stack, base_module=None):
     if module_stack:
       return original(cls, _rng, *args, name=name, **kwargs)
     try:
-      key = record(cls, args, kwargs)
+      key = where(cls)
+      key = (key[1], key[0].__qualname__) if key[1] else None
     except Exception:  # pylint: disable=broad-except
       key = None
     current.append(key)
     try:
-      return original(cls, _rng, *args, name=name, **kwargs)
+      out = original(cls, _rng, *args, name=name, **kwargs)
     finally:
       current.pop()
+    # only initialisations that succeed (a test may build a module with
+    # inputs it expects to be refused)
+    try:
+      record(cls, args, kwargs)
+    except Exception:  # pylint: disable=broad-except
+      pass
+    return out
 
   if base_module is not None:
     run = base_module._run  # pylint: disable=protected-access
