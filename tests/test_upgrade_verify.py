@@ -374,3 +374,32 @@ def test_inits_recorded_from_tests_verify_in_module_mode(tmp_path):
   results = verify.verify_modules(None, None, checks,
                                   roots=(str(src), str(tmp_path / 'out')))
   assert [r['status'] for r in results] == ['ok', 'mismatch'], results
+
+
+def test_cli_verify_with_the_codebase_tests(tmp_path):
+  # flaxlegacy upgrade SRC --out DST --verify-with CMD: the tests run under
+  # the layer, every class they build is checked at their shapes
+  src = _pkg(tmp_path)
+  out = tmp_path / 'out'
+  cmd = (f'{sys.executable} -m pytest -q -p no:cacheprovider -p no:xdist '
+         'pkg/build_test.py')
+  env = dict(os.environ, PYTHONPATH=ROOT, JAX_PLATFORMS='cpu')
+  proc = subprocess.run(
+      [sys.executable, '-m', 'flaxlegacy', 'upgrade', str(src), '--out',
+       str(out), '--verify-with', cmd], env=env, capture_output=True,
+      text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  report = json.loads((out / 'upgrade.json').read_text())
+  got = {(e['file'], e['class']): e['status']
+         for e in report['verification_recorded']}
+  assert got[('pkg/models.py', 'Block')] == 'verified'
+  assert got[('pkg/models.py', 'Net')] == 'verified'
+  assert got.get(('pkg/build_test.py', 'Local')) in (None, 'not rebuildable')
+  assert 'verified at the shapes the command initialised: ' in proc.stderr
+  # one SRC directory and --out are needed
+  proc = subprocess.run(
+      [sys.executable, '-m', 'flaxlegacy', 'upgrade', str(src), '--diff',
+       '--verify-with', cmd], env=env, capture_output=True, text=True,
+      timeout=300)
+  assert proc.returncode == 2
+  assert '--verify-with needs --out and one SRC directory' in proc.stderr

@@ -524,94 +524,30 @@ def verify_codebase(cb, corpus, args):
       print('[inits] %s %s ...' % (cb['name'], relfile), flush=True)
       run_file(cb, 'flaxlegacy', relfile, src, args,
                {observe.INITS_ENV: inits})
-  recorded, inside = {}, {}
-  for (path, qual), recs in observe.read_inits(inits, inside).items():
-    rel = os.path.relpath(path, src)
-    if rel.startswith('..'):
-      continue
-    recorded.setdefault((rel, qual.split('.')[-1]), []).append(
-        (qual, recs))
-  entries, checks = [], []
-  for m in modules:
-    entry = {'file': m['file'], 'class': m['class']}
-    entries.append(entry)
-    found = recorded.get((m['file'], m['class']), [])
-    usable = [(q, r) for q, rs in found for r in rs
-              if 'inputs' in r and '<locals>' not in q]
-    if not found:
-      entry['status'] = 'not initialised'
-      continue
-    if not usable:
-      whys = sorted({r.get('why', 'defined inside a function')
-                     for q, rs in found for r in rs})
-      entry['status'] = 'not rebuildable'
-      entry['detail'] = '; '.join(whys)
-      continue
-    dotted = _dotted_module(cb, m['file'])
-    entry['checks'] = []
-    for qual, r in usable:
-      entry['checks'].append(len(checks))
-      checks.append(dict(
-          class_name=qual, inputs=r['inputs'], hyper=r['hyper'],
-          fields=m['fields'], call=m['call'], var_kw=m['var_kw'],
-          legacy_module=(r['module'] if r['module'] != '__main__'
-                         else dotted),
-          upgraded_module=(r['module'] if r['module'] != '__main__'
-                           else dotted)))
-  results = []
-  if checks:
-    print('[verify] %s: %d checks of %d classes' % (
-        cb['name'], len(checks), sum(1 for e in entries if 'checks' in e)),
-          flush=True)
-    env = dict(os.environ)
-    for k in ('PYTHONPATH', 'XLA_FLAGS', 'FLAXLEGACY', 'VIRTUAL_ENV'):
-      env.pop(k, None)
-    env.update(BASE_ENV)
-    env.update(cb.get('env', {}))
-    env['HOME'] = os.path.join(args.workdir, 'home')
-    env['TMPDIR'] = os.path.join(args.workdir, cb['name'], 'tmp-verify')
-    os.makedirs(env['TMPDIR'], exist_ok=True)
-    # the codebase's other PYTHONPATH entries (beside its root)
-    roots = [os.path.join(src, p) for p in cb.get('pythonpath', ['.'])]
-    results = verify.verify_modules(
-        None, None, checks, roots=(roots[0], os.path.join(
-            dest, os.path.relpath(roots[0], src))),
-        python=args.flaxlegacy_python, env=env)
-  for entry in entries:
-    if 'checks' not in entry:
-      continue
-    got = [results[i] for i in entry.pop('checks')]
-    bad = [r for r in got if r.get('status') != 'ok']
-    entry['checked'] = len(got)
-    if not bad:
-      entry['status'] = 'verified'
-      entry['max_rel_err'] = max(r.get('max_rel_err', 0.0) for r in got)
-    else:
-      entry['status'] = bad[0].get('status', 'error')
-      entry['detail'] = str(bad[0].get('detail'))[:300]
+  inside = {}
+  recorded = observe.read_inits(inits, inside)
+  env = dict(os.environ)
+  for k in ('PYTHONPATH', 'XLA_FLAGS', 'FLAXLEGACY', 'VIRTUAL_ENV'):
+    env.pop(k, None)
+  env.update(BASE_ENV)
+  env.update(cb.get('env', {}))
+  env['HOME'] = os.path.join(args.workdir, 'home')
+  env['TMPDIR'] = os.path.join(args.workdir, cb['name'], 'tmp-verify')
+  os.makedirs(env['TMPDIR'], exist_ok=True)
+  root = os.path.join(src, cb.get('pythonpath', ['.'])[0])
+  print('[verify] %s: %d classes rewritten' % (cb['name'], len(modules)),
+        flush=True)
+  entries = verify.verify_recorded(
+      modules, recorded, inside, src, dest, python=args.flaxlegacy_python,
+      env=env, dotted=lambda rel: _dotted_module(cb, rel),
+      import_roots=(os.path.normpath(root), os.path.normpath(
+          os.path.join(dest, os.path.relpath(root, src)))))
   out = os.path.join(args.results, 'raw', cb['name'], 'verify.json')
   os.makedirs(os.path.dirname(out), exist_ok=True)
   with open(out, 'w') as f:
     json.dump({'codebase': cb['name'], 'flaxlegacy_commit': _checkout_commit(
         args.flaxlegacy_path), 'classes': entries}, f, indent=1,
               sort_keys=True)
-  # A class the tests never initialise at top level, applied inside one
-  # that verified: its parameters and computation are part of that check.
-  verified = {(e['file'], e['class']) for e in entries
-              if e['status'] == 'verified'}
-  for e in entries:
-    if e['status'] != 'not initialised':
-      continue
-    for (path, qual), tops in inside.items():
-      rel = os.path.relpath(path, src)
-      if (rel, qual.split('.')[-1]) != (e['file'], e['class']):
-        continue
-      parents = sorted({(os.path.relpath(p, src), q.split('.')[-1])
-                        for p, q in tops} & verified)
-      if parents:
-        e['status'] = 'verified inside'
-        e['detail'] = ', '.join('%s:%s' % p for p in parents[:3])
-        break
   counts = collections.Counter(e['status'] for e in entries)
   print('[verify] %s: %d classes: %s' % (cb['name'], len(entries), dict(
       counts)), flush=True)
@@ -792,7 +728,7 @@ def summarize_upgraded(merged):
 
 
 VERIFY_COLUMNS = ('verified', 'verified inside', 'mismatch', 'error',
-                  'not rebuildable', 'not initialised')
+                  'not rebuildable', 'not initialised')  # verify.STATUSES
 
 
 def summarize_verify(merged):

@@ -227,7 +227,7 @@ def _src_names(srcs):
 
 
 def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
-                  stdout=None, names='legacy', observe=None):
+                  stdout=None, names='legacy', observe=None, verify_with=None):
   """Runs the upgrade; returns (exit status, report dict).
 
   ``observe``: a shell command (the codebase's tests) to run under the layer
@@ -238,6 +238,11 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
   auto-name, where linen's own name is known; the report's ``rename_map``
   says, per upgraded class, which legacy child name became which
   (``flaxlegacy.migrate.names.rename_params`` applies it).
+  ``verify_with``: a shell command (the codebase's tests), run under the layer
+  in SRC (one directory, --out needed) recording every module class it
+  initialises; each upgraded class is then checked at those shapes
+  (verify.py ``record_and_verify``; ``report['verification_recorded']``,
+  exit status 3 on a mismatch or an error).
   """
   from flaxlegacy.upgrade import report as report_lib  # pylint: disable=g-import-not-at-top
   _check_names(names)
@@ -336,6 +341,15 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
         rename_map=report.get('rename_map'))
     report['verification'] = results
     if any(r['status'] == 'mismatch' for r in results):
+      status = status or 3
+  if verify_with and out is not None and not diff:
+    from flaxlegacy.upgrade import verify as verify_lib  # pylint: disable=g-import-not-at-top
+    src = srcs[0] if os.path.isdir(srcs[0]) else os.path.dirname(
+        os.path.abspath(srcs[0]))
+    entries = verify_lib.record_and_verify(
+        verify_with, src, out, report['modules'])
+    report['verification_recorded'] = entries
+    if any(e['status'] in ('mismatch', 'error') for e in entries):
       status = status or 3
   if out is not None and not diff:
     report_lib.write(report, os.path.join(out, 'upgrade.json'))

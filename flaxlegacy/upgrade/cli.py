@@ -24,6 +24,12 @@ def add_arguments(parser):
                       help='check every upgraded module class whose input '
                       'shapes appear in an init_by_shape call against the '
                       'legacy one (FLAXLEGACY=off subprocess)')
+  parser.add_argument('--verify-with', metavar='CMD',
+                      help='run CMD (the codebase\'s tests) under the layer, '
+                      'recording every module class it initialises (input '
+                      'shapes, hyper-parameters), then check each upgraded '
+                      'class against the legacy one at those shapes '
+                      '(needs --out and one SRC directory)')
   parser.add_argument('--observe', metavar='CMD',
                       help='first run CMD (the codebase\'s tests, e.g. '
                       '"python -m pytest tests/") under the layer and record '
@@ -40,6 +46,10 @@ def add_arguments(parser):
 
 
 def run(args):
+  if args.verify_with and (not args.out or len(args.src) != 1):
+    sys.stderr.write('flaxlegacy upgrade: --verify-with needs --out and one '
+                     'SRC directory (the tree CMD runs in)\n')
+    return 2
   if args.verify and not args.out:
     sys.stderr.write('flaxlegacy upgrade: --verify needs --out (it compares '
                      'the legacy SRC with the upgraded DST)\n')
@@ -53,7 +63,7 @@ def run(args):
     status, report = api.upgrade_paths(
         args.src, out=args.out, in_place=args.in_place, diff=args.diff,
         verify=args.verify, stdout=sys.stdout, names=args.names,
-        observe=args.observe)
+        observe=args.observe, verify_with=args.verify_with)
   except (FileNotFoundError, ValueError) as e:
     sys.stderr.write(f'{e}\n')
     return 2

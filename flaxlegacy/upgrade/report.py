@@ -73,4 +73,15 @@ def summary_text(report):
   for v in report.get('verification', []):
     lines.append(f"  verify {v['file']}:{v['class']}: {v['status']}"
                  + (f" ({v['detail']})" if v.get('detail') else ''))
+  recorded = report.get('verification_recorded')
+  if recorded is not None:
+    counts = {}
+    for e in recorded:
+      counts[e['status']] = counts.get(e['status'], 0) + 1
+    lines.append('  verified at the shapes the command initialised: ' + (
+        ', '.join(f'{n} {s}' for s, n in counts.items()) or 'no classes'))
+    for e in recorded:
+      if e['status'] not in ('verified', 'verified inside'):
+        lines.append(f"  verify {e['file']}:{e['class']}: {e['status']}"
+                     + (f" ({e['detail']})" if e.get('detail') else ''))
   return '\n'.join(lines) + '\n'

@@ -192,3 +192,120 @@ def verify_codebase(files, codebase, upgraded_root, rename_map=None):
       res.pop('stderr', None)
       results.append(res)
   return results
+
+
+# --- at the shapes the codebase's own runs use -----------------------------
+
+STATUSES = ('verified', 'verified inside', 'mismatch', 'error',
+            'not rebuildable', 'not initialised')
+
+
+def _dotted(rel):
+  return rel[:-3].replace(os.sep, '.').replace('/', '.') if (
+      rel.endswith('.py')) else None
+
+
+def verify_recorded(modules, recorded, inside, legacy_root, upgraded_root,
+                    python=None, env=None, dotted=None, import_roots=None):
+  """Every class of ``modules`` (upgrade.json's) checked at the
+  initialisations the codebase's runs recorded (observe.py
+  ``record_inits`` / ``read_inits``: ``recorded`` {(abs file, qualname):
+  [records]}, ``inside`` {(file, qualname): {top-level (file, qualname)}}).
+
+  ``legacy_root`` / ``upgraded_root``: the trees (upgrade.json's paths are
+  relative to them), each first on ``sys.path`` of its side unless
+  ``import_roots`` names the folders to put there instead; ``dotted(rel)``:
+  the module name a file is imported by (default: its path under the
+  root).  Returns one entry per
+  class, ``status`` one of ``STATUSES`` (module docstring of
+  benchmarks/corpus/README.md: verified, verified inside a class that
+  verified, mismatch, error, not rebuildable, not initialised).
+  """
+  dotted = dotted or _dotted
+  by_class = {}
+  for (path, qual), recs in recorded.items():
+    rel = os.path.relpath(path, legacy_root)
+    if rel.startswith('..'):
+      continue
+    by_class.setdefault((rel, qual.split('.')[-1]), []).append((qual, recs))
+  entries, checks = [], []
+  for m in modules:
+    entry = {'file': m['file'], 'class': m['class']}
+    entries.append(entry)
+    found = by_class.get((m['file'], m['class']), [])
+    usable = [(q, r) for q, rs in found for r in rs
+              if 'inputs' in r and '<locals>' not in q]
+    if not found:
+      entry['status'] = 'not initialised'
+      continue
+    if not usable:
+      entry['status'] = 'not rebuildable'
+      entry['detail'] = '; '.join(sorted({
+          r.get('why', 'defined inside a function')
+          for _, rs in found for r in rs}))
+      continue
+    entry['checks'] = []
+    for qual, r in usable:
+      name = r['module'] if r['module'] != '__main__' else dotted(m['file'])
+      entry['checks'].append(len(checks))
+      checks.append(dict(
+          class_name=qual, inputs=r['inputs'], hyper=r['hyper'],
+          fields=m['fields'], call=m['call'], var_kw=m['var_kw'],
+          legacy_module=name, upgraded_module=name))
+  results = verify_modules(None, None, checks, roots=import_roots or (
+      legacy_root, upgraded_root), python=python, env=env) if checks else []
+  for entry in entries:
+    if 'checks' not in entry:
+      continue
+    got = [results[i] for i in entry.pop('checks')]
+    bad = [r for r in got if r.get('status') != 'ok']
+    entry['checked'] = len(got)
+    if not bad:
+      entry['status'] = 'verified'
+      entry['max_rel_err'] = max(r.get('max_rel_err', 0.0) for r in got)
+    else:
+      entry['status'] = bad[0].get('status', 'error')
+      entry['detail'] = str(bad[0].get('detail'))[:300]
+  # never initialised at top level, applied inside a class that verified:
+  # its parameters and computation are part of that check
+  verified = {(e['file'], e['class']) for e in entries
+              if e['status'] == 'verified'}
+  for e in entries:
+    if e['status'] != 'not initialised':
+      continue
+    for (path, qual), tops in inside.items():
+      if (os.path.relpath(path, legacy_root), qual.split('.')[-1]) != (
+          e['file'], e['class']):
+        continue
+      parents = sorted({(os.path.relpath(p, legacy_root), q.split('.')[-1])
+                        for p, q in tops} & verified)
+      if parents:
+        e['status'] = 'verified inside'
+        e['detail'] = ', '.join('%s:%s' % p for p in parents[:3])
+        break
+  return entries
+
+
+def record_and_verify(cmd, src_root, upgraded_root, modules, cwd=None,
+                      stderr=None):
+  """``--verify-with CMD``: CMD (the codebase's tests) runs under the layer
+  with ``FLAXLEGACY_RECORD_INITS``, SRC first on ``PYTHONPATH``; then
+  ``verify_recorded``."""
+  from flaxlegacy.upgrade import observe  # pylint: disable=g-import-not-at-top
+  stderr = stderr or sys.stderr
+  with tempfile.TemporaryDirectory() as tmp:
+    env = {k: v for k, v in os.environ.items() if k != 'FLAXLEGACY'}
+    env[observe.INITS_ENV] = tmp
+    env['PYTHONPATH'] = os.pathsep.join(
+        [os.path.abspath(src_root)] + [p for p in env.get(
+            'PYTHONPATH', '').split(os.pathsep) if p])
+    p = subprocess.run(cmd, shell=True, cwd=cwd or src_root, env=env,
+                       check=False)
+    if p.returncode:
+      stderr.write(f'flaxlegacy upgrade --verify-with: {cmd!r} exited with '
+                   f'{p.returncode}; verifying what it initialised\n')
+    inside = {}
+    recorded = observe.read_inits(tmp, inside)
+  return verify_recorded(modules, recorded, inside,
+                         os.path.abspath(src_root),
+                         os.path.abspath(upgraded_root))
