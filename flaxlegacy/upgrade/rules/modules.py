@@ -549,6 +549,8 @@ def plan_names(events, explicit=()):
 class ApplyRewriter(transform.Upgrader):
   """Rewrites one ``apply`` body (or ``@nn.module`` function body)."""
 
+  PLAIN_BODIES = False  # resolves its locals itself
+
   plan_class = _NamePlan  # rules/methods.py expands helper-method calls
 
   def __init__(self, up, info, fn):

@@ -647,6 +647,16 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return f'{inner}({args})'
     return f'{code}()'
 
+  def _model_apply_src(self, model_call):
+    """Source of the apply function of ``nn.Model(M, params)``: ``None``
+    for ``nn.Model(None, params)`` (a model with no module: nothing to
+    apply, a bag of parameters for an optimizer), else ``M().apply``."""
+    module = model_call.args[0].value if model_call.args else None
+    if module is None or (isinstance(module, cst.Name)
+                          and module.value == 'None'):
+      return 'None'
+    return self.module_ctor(module) + '.apply'
+
   def apply_fn_for(self, model_name):
     """Source of the apply function for a model variable, or None."""
     src = self.scope.lookup('apply_of', model_name)
@@ -885,8 +895,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
           self.scope.state_of[t.value] = self.ctx.code_of(v.value)
       if isinstance(v, cst.Call) and self.is_nn(v.func, 'Model'):
         self.scope.kinds[t.value] = MODEL
-        self.scope.apply_of[t.value] = self.module_ctor(v.args[0].value
-                                                        ) + '.apply'
+        self.scope.apply_of[t.value] = self._model_apply_src(v)
     if isinstance(v, cst.Call):
       self._builder_call(t, v)
     if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, cst.Call):
