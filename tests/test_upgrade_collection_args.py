@@ -173,3 +173,49 @@ def test_evaluation_reads_the_state_it_is_given(tmp_path):
   legacy = _run(src, EVAL_LEGACY, off=False)
   upgraded = _run(out, EVAL_UPGRADED, off=True)
   np.testing.assert_allclose(upgraded, legacy, rtol=1e-5, atol=1e-6)
+
+
+AS_DICT = '''\
+    import json
+    import jax
+    import jax.numpy as jnp
+    from flax import nn
+
+
+    class Net(nn.Module):
+
+      def apply(self, x, train=True):
+        x = nn.Dense(x, 4, kernel_init=nn.initializers.ones)
+        return nn.BatchNorm(x, use_running_average=not train, name='bn')
+
+
+    class Report(object):
+
+      def as_dict(self):
+        return {'a': 1}
+
+
+    def run():
+      with nn.stateful() as batch_stats:
+        _, _ = Net.init_by_shape(jax.random.PRNGKey(0),
+                                 [((2, 3), jnp.float32)])
+      report = Report()
+      return bool(batch_stats.as_dict()), report.as_dict()
+
+
+    if __name__ == '__main__':
+      print(json.dumps(run()))
+    '''
+
+
+def test_as_dict_of_a_collection_found_by_what_it_holds(tmp_path):
+  """``batch_stats.as_dict()``: not a ``*_state`` name, but flow.py says
+  it holds an nn.Collection (the dict of collections now); ``as_dict()`` of
+  a plain object stays."""
+  src, out = _upgrade(tmp_path, {'prog.py': AS_DICT})
+  new = (out / 'prog.py').read_text()
+  assert 'return bool(batch_stats), report.as_dict()' in new, new
+  assert 'TODO' not in new, new
+  run = 'import runpy; runpy.run_path("prog.py", run_name="__main__")'
+  assert _run(src, run, off=False) == _run(out, run, off=True) == [
+      True, {'a': 1}]

@@ -57,6 +57,7 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import aliases
@@ -538,6 +539,20 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return False
     return any(v[0] in ('class', 'layer') for v in flow.values_of(
         self.f.path, self._qual(), expr))
+
+  def _holds_collection(self, expr):
+    """Whether ``expr`` holds a legacy ``nn.Collection``: by what flow.py
+    says it holds (``with nn.stateful() as s``, returned, passed, in any
+    file), whatever its name; where flow.py knows nothing of it, by the
+    names the legacy examples give collections (``state``, ``*_state``) in
+    a file that imports flax.nn."""
+    flow = getattr(self.codebase, 'flow', None)
+    values = flow.values_of(self.f.path, self._qual(), expr) if (
+        flow is not None) else frozenset({flow_lib.UNKNOWN})
+    known = values - {flow_lib.UNKNOWN}
+    if known:
+      return known == {flow_lib.COLLECTION} and flow_lib.UNKNOWN not in values
+    return bool(self.nn_file) and _is_state_name(expr)
 
   def _known_module(self, expr):
     """A legacy module class, ``M.partial(...)`` of one, or a name bound
@@ -1382,8 +1397,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return _e(f"{ctor}.apply({{'params': {params}}}{inputs})")
     # state.as_dict() of a legacy nn.Collection: the state is a dict now
     if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
-        and not original_node.args and self.nn_file
-        and _is_state_name(f.value)):
+        and not original_node.args and self._holds_collection(f.value)):
       self.note(original_node, 'nn.Collection.as_dict() -> the dict')
       return updated_node.func.value
     # optim.X(...).create(target)
