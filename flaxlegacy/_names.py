@@ -576,7 +576,8 @@ _OPTIM_SYMBOLS = (
 
 # Names reached through a legacy submodule (not exported at the top level).
 _NN_SUBMODULE_SYMBOLS = (
-    ('base.is_stateful', "linen Module.is_mutable_collection('batch_stats')"),
+    ('base.is_stateful', "linen Module.is_mutable_collection('batch_stats') "
+     "or 'batch_stats' in Module.variables"),
     ('base.ModuleState', 'linen variables'),
     ('base.TransparentModule', None),
     ('base.TruncatedModule', 'capture_intermediates / Module.sow'),

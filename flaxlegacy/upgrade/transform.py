@@ -116,6 +116,10 @@ class TodoComments:
 class Upgrader(TodoComments, cst.CSTTransformer):
   """Generic rules: imports, removed JAX names, leftovers, and dispatch."""
 
+  # function bodies here are plain code (not a module's apply, whose
+  # rewriter resolves its locals itself)
+  PLAIN_BODIES = True
+
   def __init__(self, ctx):
     super().__init__()
     self.ctx = ctx
@@ -123,6 +127,8 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     self._in_import = 0
     self._handled = set()  # ids of original nodes a rule consumed
     self._quals = []  # enclosing class / function names (flow.py scopes)
+    # id(node) -> plan of rules/partial_calls.py (plain functions)
+    self._partial_calls = {}
 
   def qual(self):
     """The flow.py scope name of the code being visited."""
@@ -314,6 +320,14 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       if new is not None:
         self.rewrote(original_node, 'jax_names', f'{q}(...) keywords renamed')
         return new
+    plan = self._partial_calls.get(id(original_node))
+    if plan is not None:
+      if plan[0] == 'todo':
+        self.todo(original_node, plan[1])
+        return updated_node
+      from flaxlegacy.upgrade.rules import partial_calls  # pylint: disable=g-import-not-at-top
+      return partial_calls.rewrite_call(self, original_node, updated_node,
+                                        *plan[1])
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
     new = modules.module_level_partial_leave(self, original_node,
                                              updated_node)
@@ -362,6 +376,14 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     info = self.ctx.facts.modules.get(node.name.value)
     if info is not None and info.kind == 'function':
       return False
+    if self.PLAIN_BODIES and (self.ctx.facts.nn_prefixes
+                              or self.ctx.codebase.modules):
+      # a helper that builds submodules from a local partial
+      # (rules/partial_calls.py)
+      from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+      from flaxlegacy.upgrade.rules import partial_calls  # pylint: disable=g-import-not-at-top
+      self._partial_calls.update(partial_calls.scan(
+          self, node, modules.Resolver(self, {})))
     return True
 
   def leave_FunctionDef(self, original_node, updated_node):

@@ -13,7 +13,10 @@
   ``nn.dropout`` -> ``nn.Dropout``; ``nn.make_rng()`` ->
   ``self.make_rng('dropout')``; ``nn.is_stochastic()`` ->
   ``self.has_rng('dropout')``; ``self.is_stateful()`` ->
-  ``self.is_mutable_collection('batch_stats')``.
+  ``(self.is_mutable_collection('batch_stats') or 'batch_stats' in
+  self.variables)`` (legacy is stateful in evaluation too);
+  ``collection=`` / ``batch_stats=`` that are None in every run (flow.py)
+  are the default collection and dropped.
 * Legacy auto-names (one counter per parent across all module types;
   ``.shared()`` without a name takes a bare digit) are kept: where linen's
   per-type counter would name a submodule differently, an explicit
@@ -220,6 +223,17 @@ class Resolver:
           and a.target.call == b.target.call):
         return Ref('class', a.target, 'ambiguous')
     return None
+
+
+def _orig_arg(call, position, keyword):
+  """The value ``call`` passes for a parameter (its position, its
+  keyword), or None."""
+  for i, a in enumerate(call.args):
+    if a.star:
+      return None
+    if (a.keyword is None and i == position) or _kw(a) == keyword:
+      return a.value
+  return None
 
 
 def _module_call_form(call):
@@ -549,6 +563,8 @@ def plan_names(events, explicit=()):
 class ApplyRewriter(transform.Upgrader):
   """Rewrites one ``apply`` body (or ``@nn.module`` function body)."""
 
+  PLAIN_BODIES = False  # resolves its locals itself
+
   plan_class = _NamePlan  # rules/methods.py expands helper-method calls
 
   def __init__(self, up, info, fn):
@@ -765,10 +781,27 @@ class ApplyRewriter(transform.Upgrader):
     if method == 'state':
       return self._state(original, updated)
     if method == 'is_stateful':
-      return _expr("self.is_mutable_collection('batch_stats')")
+      # legacy: inside any nn.stateful, mutable=False (evaluation) too;
+      # linen: the state collection is mutable, or it was given
+      return _expr("(self.is_mutable_collection('batch_stats') or "
+                   "'batch_stats' in self.variables)")
     if method in ('get_param', 'collection'):
       self.todo(original, f'self.{method} has no certain linen rewrite')
     return updated
+
+  def holds_none(self, expr):
+    """Whether ``expr`` (an original node, or None) is None in every run:
+    the literal, or a parameter / field every call of the codebase leaves
+    at (or sets to) None (flow.py)."""
+    if expr is None:
+      return False
+    if isinstance(expr, cst.Name) and expr.value == 'None':
+      return True
+    if isinstance(expr, cst.Attribute) and isinstance(
+        expr.value, cst.Name) and expr.value.value == 'self':
+      expr = expr.attr  # a field read as self.f in the legacy source
+    values = self.flow_values(expr)
+    return values is not None and values == frozenset({flow_lib.NONE})
 
   def _state(self, original, updated):
     args = list(updated.args)
@@ -780,6 +813,10 @@ class ApplyRewriter(transform.Upgrader):
         return updated
       key = _kw(a) or (names[i] if i < len(names) else None)
       bound[key] = a.value
+    if 'collection' in bound and self.holds_none(_orig_arg(
+        original, list(names).index('collection'), 'collection')):
+      # collection=None (the legacy default): the stateful context's
+      del bound['collection']
     if 'collection' in bound or 'shape' not in bound or 'name' not in bound:
       self.todo(original, 'self.state with an explicit collection or no '
                 'shape: port by hand to self.variable')
@@ -960,8 +997,16 @@ class ApplyRewriter(transform.Upgrader):
         return updated
     if target.kind == 'layer':
       layer = target.target
-      for k, _ in bound:
+      origin = {id(a): o for a, o in expanded}
+      for k, a in list(bound):
         if (layer.legacy, k) in layers_rule.UNSUPPORTED_ARGS:
+          o = origin.get(id(a))
+          if o is not None and not o.star and self.holds_none(o.value):
+            # None, the legacy default: the default collection, linen's
+            bound.remove((k, a))
+            self.rewrote(original, 'collections', f'{k}=None dropped '
+                         '(the default collection)')
+            continue
           self.todo(original, layers_rule.UNSUPPORTED_ARGS[(layer.legacy, k)])
           return updated
       inputs = [a for k, a in bound if k == 'inputs']

@@ -57,6 +57,7 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import aliases
@@ -539,6 +540,20 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return any(v[0] in ('class', 'layer') for v in flow.values_of(
         self.f.path, self._qual(), expr))
 
+  def _holds_collection(self, expr):
+    """Whether ``expr`` holds a legacy ``nn.Collection``: by what flow.py
+    says it holds (``with nn.stateful() as s``, returned, passed, in any
+    file), whatever its name; where flow.py knows nothing of it, by the
+    names the legacy examples give collections (``state``, ``*_state``) in
+    a file that imports flax.nn."""
+    flow = getattr(self.codebase, 'flow', None)
+    values = flow.values_of(self.f.path, self._qual(), expr) if (
+        flow is not None) else frozenset({flow_lib.UNKNOWN})
+    known = values - {flow_lib.UNKNOWN}
+    if known:
+      return known == {flow_lib.COLLECTION} and flow_lib.UNKNOWN not in values
+    return bool(self.nn_file) and _is_state_name(expr)
+
   def _known_module(self, expr):
     """A legacy module class, ``M.partial(...)`` of one, or a name bound
     to such a partial in scope."""
@@ -646,6 +661,16 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                        cls_expr.args)
       return f'{inner}({args})'
     return f'{code}()'
+
+  def _model_apply_src(self, model_call):
+    """Source of the apply function of ``nn.Model(M, params)``: ``None``
+    for ``nn.Model(None, params)`` (a model with no module: nothing to
+    apply, a bag of parameters for an optimizer), else ``M().apply``."""
+    module = model_call.args[0].value if model_call.args else None
+    if module is None or (isinstance(module, cst.Name)
+                          and module.value == 'None'):
+      return 'None'
+    return self.module_ctor(module) + '.apply'
 
   def apply_fn_for(self, model_name):
     """Source of the apply function for a model variable, or None."""
@@ -885,8 +910,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
           self.scope.state_of[t.value] = self.ctx.code_of(v.value)
       if isinstance(v, cst.Call) and self.is_nn(v.func, 'Model'):
         self.scope.kinds[t.value] = MODEL
-        self.scope.apply_of[t.value] = self.module_ctor(v.args[0].value
-                                                        ) + '.apply'
+        self.scope.apply_of[t.value] = self._model_apply_src(v)
     if isinstance(v, cst.Call):
       self._builder_call(t, v)
     if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, cst.Call):
@@ -1373,8 +1397,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return _e(f"{ctor}.apply({{'params': {params}}}{inputs})")
     # state.as_dict() of a legacy nn.Collection: the state is a dict now
     if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
-        and not original_node.args and self.nn_file
-        and _is_state_name(f.value)):
+        and not original_node.args and self._holds_collection(f.value)):
       self.note(original_node, 'nn.Collection.as_dict() -> the dict')
       return updated_node.func.value
     # optim.X(...).create(target)
