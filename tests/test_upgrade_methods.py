@@ -131,15 +131,8 @@ def test_helper_method_class_matches_legacy_numbers(tmp_path):
 
 
 @pytest.mark.parametrize('name,src,why', [
-    ('module_method', '''
-        from flax import nn
-        class M(nn.Module):
-          def apply(self, x):
-            return nn.Dense(x, 2, name='out')
-          @nn.module_method
-          def decode(self, z):
-            return nn.Dense(z, 2)
-        ''', 'decode builds a submodule without a literal name'),
+    # (a module method building an auto-named submodule converts now:
+    # test_upgrade_module_methods.py, the compact scope)
     ('helper_assigns_self', '''
         from flax import nn
         class M(nn.Module):
