@@ -300,7 +300,12 @@ def record_inits(module_cls, module_stack, base_module=None):
       rec['inputs'] = [_input_spec(a) for a in args]
       hyper = dict(getattr(cls, '_nn_partial_kwargs', {}) or {})
       hyper.update(kwargs)
-      rec['hyper'] = {k: encode_value(v) for k, v in hyper.items()}
+      rec['hyper'] = {}
+      for k, v in hyper.items():
+        try:
+          rec['hyper'][k] = encode_value(v)
+        except ValueError as e:
+          raise ValueError(f'{k}: {e}') from None
     except ValueError as e:
       rec.pop('inputs', None)
       rec.pop('hyper', None)
