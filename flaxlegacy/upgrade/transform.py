@@ -33,6 +33,13 @@ PROGRAM_METHODS = frozenset(('init', 'init_by_shape', 'call', 'create',
 LEGACY_ONLY_METHODS = frozenset(('init_by_shape', 'create_by_shape'))
 
 
+def _in_linen(name):
+  """Whether today's flax.linen has ``name`` (a kept legacy name that it
+  lacks keeps its legacy spelling)."""
+  import flax.linen  # pylint: disable=g-import-not-at-top
+  return hasattr(flax.linen, name)
+
+
 class FileReport:
 
   def __init__(self):
@@ -250,6 +257,12 @@ class Upgrader(TodoComments, cst.CSTTransformer):
         why = layers_rule.UNSUPPORTED_LAYERS.get(head)
         self.todo(original_node, f'nn.{attr}: ' + (
             why or 'no certain linen rewrite here'))
+        if (not _in_linen(head) and isinstance(original_node.value,
+                                                cst.Attribute)
+            and not updated_node.value.deep_equals(original_node.value)):
+          # kept legacy code keeps its legacy spelling (flax.nn.Model):
+          # never renamed into a linen name that does not exist
+          return updated_node.with_changes(value=original_node.value)
     elif (isinstance(original_node.value, cst.Name)
           and self.ctx.codebase.module(self.ctx.facts,
                                       original_node.value.value)
@@ -506,7 +519,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # Program-level rules first (rules/programs.py), on the legacy
   # source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
-  if programs.relevant(file_facts):
+  if programs.relevant(file_facts, codebase, path):
     pctx = Context(file_facts, codebase, report, LazyPositions(module),
                    module.code_for_node)
     try:

@@ -176,6 +176,7 @@ class ModelUses:
     self.slot_why = {}  # slot -> why it disagrees ('' if it agrees)
     self.occurrences = {}  # slot -> [(node, parent, grand, rel, qual)]
     self.kept = {}  # model value -> sorted reasons (empty: rewritten)
+    self.files = set()  # files where a place holding a model is used
     self._build()
 
   # -- facts --
@@ -212,6 +213,7 @@ class ModelUses:
       for slot, node, parent, grand, qual in v.out:
         self.occurrences.setdefault(slot, []).append(
             (node, parent, grand, rel, qual))
+        self.files.add(rel)
     for slot in interesting:
       self.slot_why[slot] = self._slot_why(slot)
     # models that share a place are decided together
