@@ -56,6 +56,10 @@ TREE_FUNCTIONS = frozenset((
 TRAVERSALS = frozenset(('flax.optim.ModelParamTraversal',
                         'flax.traverse_util.ModelParamTraversal'))
 TRAVERSAL_METHODS = ('update', 'iterate')
+# the legacy optimizer definitions whose ``create(model)`` the program rules
+# make a TrainState of the model's parameters (rules/programs.py registers
+# its table here: it imports this module, not the other way round)
+REWRITTEN_OPTIMIZERS = frozenset()
 
 
 def _flow(codebase):
@@ -228,6 +232,8 @@ class ModelUses:
     by_slot = {}
     for m, slots in models.items():
       for s in slots:
+        if self._is_local(s):
+          continue  # the program rules follow a local assignment by assignment
         if s in by_slot:
           parent[find(m)] = find(by_slot[s])
         else:
@@ -235,11 +241,29 @@ class ModelUses:
     reasons = {}
     for m, slots in models.items():
       r = reasons.setdefault(find(m), set())
+      if m[1][0] == 'm' and not self._module_known(m) and any(
+          not self._is_local(s) and isinstance(s[0], str)
+          and s[0] in ('v', 'a', 'r', 'c') for s in slots):
+        # the program rules keep an nn.Model whose module they cannot
+        # name where it is made: so does every place it shares
+        r.add('a model whose module is not known where it is made')
       for s in slots:
         if self.slot_why.get(s):
           r.add(self.slot_why[s])
     for m in models:
       self.kept[m] = sorted(reasons[find(m)])
+
+  def _is_local(self, slot):
+    """A variable of a function that is not one of its parameters."""
+    if slot[0] != 'v' or not slot[2]:
+      return False
+    d = self.flow.defs.get((slot[1], slot[2]))
+    return not (d is not None and slot[3] in d.names())
+
+  def _module_known(self, model_value):
+    mods = self.flow.values.get(model_value[1], set())
+    choice, _ = flow_lib.module_choice(self.codebase, list(mods))
+    return choice is not None and choice[0] == 'class'
 
   def _slot_why(self, slot):
     """Why the place ``slot`` cannot take what its models become, or ''."""
@@ -253,6 +277,7 @@ class ModelUses:
     vals = self.flow.values.get(slot, set())
     if kind == 'v' and not slot[2]:
       return f'the module-level variable {slot[3]}'
+    d = None
     if kind == 'v':
       d = self.flow.defs.get((slot[1], slot[2]))
       where = (f'the parameter {slot[3]!r} of {slot[2]}'
@@ -268,24 +293,29 @@ class ModelUses:
     if others:
       return (f'{where}, which also holds '
               f'{"values the source does not show" if "unknown" in others else ", ".join(sorted(others))}')
+    # a local of the function that holds it: the program rules follow its
+    # calls and optimizers there (the module where it was made, the
+    # TrainState ...; a TODO at the call where they cannot)
+    local = self._is_local(slot)
     for node, parent, grand, rel, qual in self.occurrences.get(slot, ()):
-      why = self._use_why(slot, node, parent, grand, rel, qual)
+      why = self._use_why(slot, node, parent, grand, rel, qual, local)
       if why:
         return f'{where} ({why})'
     return ''
 
-  def _use_why(self, slot, node, parent, grand, rel, qual):
+  def _use_why(self, slot, node, parent, grand, rel, qual, local=False):
     if isinstance(parent, cst.Attribute) and parent.value is node:
-      if parent.attr.value == 'params':
+      if parent.attr.value == 'params' or local:
+        # (another attribute of a local: the program rules' TODO there)
         return ''
       return f'.{parent.attr.value}'
     if isinstance(parent, cst.Call) and parent.func is node:
-      if self.call_class(slot, rel) is None:
+      if not local and self.call_class(slot, rel) is None:
         return 'a call whose module is not one class known there'
       return ''
     if isinstance(parent, cst.Arg) and parent.value is node and isinstance(
         grand, cst.Call):
-      return self._arg_why(parent, grand, rel, qual)
+      return self._arg_why(parent, grand, rel, qual, local)
     if isinstance(parent, (cst.Assign, cst.AnnAssign)) and (
         parent.value is node):
       targets = ([t.target for t in parent.targets] if isinstance(
@@ -295,6 +325,8 @@ class ModelUses:
       return 'an assignment to a subscript or a tuple'
     if isinstance(parent, cst.Return):
       return ''
+    if isinstance(parent, cst.Param) and parent.default is node:
+      return ''  # a default: the parameter is a place of its own
     if isinstance(parent, cst.Comparison) and all(
         isinstance(c.operator, (cst.Is, cst.IsNot))
         for c in parent.comparisons):
@@ -303,7 +335,7 @@ class ModelUses:
       return ''  # a tuple's element: followed where it is unpacked
     return f'a use as {type(parent).__name__}'
 
-  def _arg_why(self, arg, call, rel, qual):
+  def _arg_why(self, arg, call, rel, qual, local=False):
     if arg.star:
       return 'a splatted argument'
     flow = self.flow
@@ -313,8 +345,19 @@ class ModelUses:
     last = name.split('.')[-1]
     if last in ('isinstance', 'assertIsInstance') and len(call.args) == 2:
       return ''
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and local:
+      return ''  # the optimizer rules follow it (objects.optimizer_kept)
     if isinstance(f, cst.Attribute) and f.attr.value == 'create':
-      return ''  # an optimizer's target: the optimizer rules decide
+      # an optimizer's target: only where the optimizer rules make it a
+      # TrainState of these parameters (every definition it can be is one
+      # they translate); a legacy optimizer keeps a legacy model
+      base = flow.values_of(rel, qual, f.value)
+      if base and all(v[0] == 'optdef' and v[1] in REWRITTEN_OPTIMIZERS
+                      for v in base) and not any(
+                          a.keyword is not None or a.star
+                          for a in call.args):
+        return ''
+      return 'the target of an optimizer the upgrade does not rewrite'
     vals = flow.values_of(rel, qual, f)
     if vals and all(v[0] in ('func', 'boundmethod', 'cls', 'wrapped')
                     for v in vals):

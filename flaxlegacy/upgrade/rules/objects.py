@@ -183,15 +183,12 @@ def _site_reach(codebase, site, model_class):
 
 def _reach(codebase, flow, site, model_class):
   value = ('model', site)
-  old = _reach_by_kind(codebase, flow, site, model_class)
-  if not old:
-    return old
   # the places it reaches, each read for what the code does with it there
   # (rules/model_uses.py): every one agrees, or every model sharing a place
   # with it stays too
   u = model_uses.uses(codebase)
   if u is None or value not in u.kept:
-    return old
+    return _reach_by_kind(codebase, flow, site, model_class)
   return u.kept[value]
 
 

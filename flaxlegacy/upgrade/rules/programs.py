@@ -114,6 +114,7 @@ MOMENTUM_WITH_DECAY = ('momentum', ('learning_rate', 'beta', 'weight_decay',
                                     'nesterov'))
 USER_OPTDEF = optimizer_defs.KEEP
 TX_RULES = frozenset(OPTAX) | frozenset(LEGACY_OPTAX) | {'MultiOptimizer'}
+model_uses.REWRITTEN_OPTIMIZERS = TX_RULES
 OPT_PARAM_NAMES = ('optimizer', 'opt', 'new_optimizer')
 MODEL_PARAM_NAMES = ('model',)
 # typing constructs whose subscripts are types (a type alias outside an
@@ -1600,9 +1601,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         # the model goes where its calls could not become M().apply: both
         # places keep the legacy code, with a TODO (uses: rules/modules)
         self.todo(original_node, 'nn.Model(M, params): this model reaches '
-                  f'{"; ".join(reach)}, where its module is not known; '
-                  'the upgrade rewrites it only where every place agrees: '
-                  'pass the module and its params there by hand')
+                  f'{"; ".join(reach)}, which cannot take its parameters '
+                  'alone; the upgrade rewrites it only where every place '
+                  'agrees: pass the module and its params there by hand')
         return updated_node
       if not self._known_module(original_node.args[0].value):
         # params alone would lose M: the model's calls elsewhere (a
