@@ -254,9 +254,12 @@ class ModelUses:
       self.kept[m] = sorted(reasons[find(m)])
 
   def _is_local(self, slot):
-    """A variable of a function that is not one of its parameters."""
-    if slot[0] != 'v' or not slot[2]:
+    """A variable of a function that is not one of its parameters, or of
+    a file's top level (a script)."""
+    if slot[0] != 'v':
       return False
+    if not slot[2]:
+      return True
     d = self.flow.defs.get((slot[1], slot[2]))
     return not (d is not None and slot[3] in d.names())
 
@@ -275,14 +278,12 @@ class ModelUses:
     if kind == 'c':
       return 'a table (dict / list)'
     vals = self.flow.values.get(slot, set())
-    if kind == 'v' and not slot[2]:
-      return f'the module-level variable {slot[3]}'
     d = None
     if kind == 'v':
       d = self.flow.defs.get((slot[1], slot[2]))
       where = (f'the parameter {slot[3]!r} of {slot[2]}'
                if d is not None and slot[3] in d.names()
-               else f'the variable {slot[3]!r} of {slot[2]}')
+               else f'the variable {slot[3]!r} of {slot[2] or slot[1]}')
     elif kind == 'a':
       where = f'the attribute {slot[2].split(".")[-1]}.{slot[3]}'
     elif kind == 'r':
