@@ -18,9 +18,12 @@ facts, what the program rules need to decide that:
   conflict when it receives one in some runs and something else in others
   (class 3: a TODO there, never a guess);
 * ``model_reach`` -- for an ``nn.Model(M, params)`` call, the places its
-  model reaches where the program rules cannot call it with M (an
-  attribute, a table, a function whose models are of another class):
-  there the call keeps ``nn.Model`` with a TODO, and so does each use.
+  model reaches that cannot take its parameters (rules/model_uses.py reads
+  what each place does with it: a table, ``model.module``, a call of models
+  of several classes, an argument of a function the upgrade cannot see):
+  there the call keeps ``nn.Model`` with a TODO, and so does each use;
+  ``holds_models`` / ``model_apply_class`` -- what the program rules need
+  to rewrite the uses of an attribute or parameter that agrees.
 """
 
 import libcst as cst
