@@ -33,11 +33,38 @@ PROGRAM_METHODS = frozenset(('init', 'init_by_shape', 'call', 'create',
 LEGACY_ONLY_METHODS = frozenset(('init_by_shape', 'create_by_shape'))
 
 
+_LINEN_NAMES = []
+
+
 def _in_linen(name):
   """Whether today's flax.linen has ``name`` (a kept legacy name that it
-  lacks keeps its legacy spelling)."""
-  import flax.linen  # pylint: disable=g-import-not-at-top
-  return hasattr(flax.linen, name)
+  lacks keeps its legacy spelling).  Read from linen's ``__init__.py``
+  without importing it (importing flax.linen costs seconds)."""
+  if not _LINEN_NAMES:
+    import ast  # pylint: disable=g-import-not-at-top
+    import importlib.util  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+    names = set()
+    spec = importlib.util.find_spec('flax')
+    init = os.path.join(os.path.dirname(spec.origin), 'linen', '__init__.py')
+    with open(init, encoding='utf-8') as f:
+      tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.Import, ast.ImportFrom)):
+        for a in node.names:
+          names.add(a.asname or a.name.split('.')[0])
+      elif isinstance(node, ast.Assign):
+        names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+      elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        names.add(node.name)
+    # and its submodules (flax.linen.initializers, .linear ...)
+    for f in os.listdir(os.path.dirname(init)):
+      stem, ext = os.path.splitext(f)
+      if ext == '.py' or os.path.isdir(os.path.join(os.path.dirname(init),
+                                                    f)):
+        names.add(stem)
+    _LINEN_NAMES.append(frozenset(names))
+  return name in _LINEN_NAMES[0]
 
 
 class FileReport:
