@@ -82,9 +82,17 @@ def _parse_importers(files):
       return
     word = re.compile(r'\b(?:' + '|'.join(sorted(map(re.escape, stems)))
                       + r')\b')
+    # and the files they import (a helper module that reads ``model.params``
+    # of the models a test hands it: the facts follow values into it)
+    imported = set()
+    for sf in files:
+      if sf.module is not None:
+        for line in _IMPORT_LINE.findall(sf.code):
+          imported.update(re.findall(r'\w+', line))
     more = [sf for sf in files if sf.module is None and sf.error is None
-            and sf.new_code is None and sf.code is not None and any(
-                word.search(line) for line in _IMPORT_LINE.findall(sf.code))]
+            and sf.new_code is None and sf.code is not None and (any(
+                word.search(line) for line in _IMPORT_LINE.findall(sf.code))
+                or os.path.splitext(os.path.basename(sf.rel))[0] in imported)]
     if not more:
       return
     for sf in more:

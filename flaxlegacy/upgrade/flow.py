@@ -100,6 +100,20 @@ SAME_STRUCTURE = {
     'jax.tree_util.tree_multimap': (1, 'tree'),
     # the target when there is no checkpoint, else one restored into it
     'flax.training.checkpoints.restore_checkpoint': (1, 'target'),
+    # ModelParamTraversal(f).update(fn, inputs): inputs with some leaves
+    # replaced (a model for a model, a dict for a dict)
+    'flax.optim.ModelParamTraversal().update': (1, 'inputs'),
+    'flax.traverse_util.ModelParamTraversal().update': (1, 'inputs'),
+}
+# classes of flax.optim that are not optimizer definitions
+NOT_OPTIMIZER_DEFS = frozenset(('ModelParamTraversal', 'DynamicScale',
+                                'OptimizerState'))
+# library classes whose instances the facts follow: class -> the value of
+# an instance (('ext', name): its methods are ('ext', name.method))
+EXT_INSTANCES = {
+    'flax.optim.ModelParamTraversal': 'flax.optim.ModelParamTraversal()',
+    'flax.traverse_util.ModelParamTraversal':
+        'flax.traverse_util.ModelParamTraversal()',
 }
 # kinds of values a legacy object rewrite cares about
 MODULE_KINDS = ('class', 'layer')
@@ -412,6 +426,7 @@ class Flow:
     # ('o', rel, id(call)) -> (rel, scope, the optim ...create(...) call)
     self.optimizer_sites = {}
     self._module_files = {}
+    self.modules = {}  # rel -> its libcst module (rules read uses there)
     self._called_positions = set()
     self.class_scope = {}  # (rel, qual) -> the scope its bases are in
     # gin (gin_bindings.py): (name, rel, qual, kind) of the configurables
@@ -434,6 +449,7 @@ class Flow:
   # -- building --
   def add_file(self, rel, module, file_facts):
     self._module_files[rel] = file_facts
+    self.modules[rel] = module
     module.visit(_Collect(self, rel, file_facts))
 
   def _add(self, slot, vals):
@@ -1032,7 +1048,9 @@ class Flow:
       return out
     out = set()
     for v in self.expr_values(rel, qual, f):
-      if v[0] == 'ext' and v[1] in SAME_STRUCTURE:
+      if v[0] == 'ext' and v[1] in EXT_INSTANCES:
+        out.add(('ext', EXT_INSTANCES[v[1]]))
+      elif v[0] == 'ext' and v[1] in SAME_STRUCTURE:
         # jax_utils.replicate(x), restore_checkpoint(d, target): x's values
         arg = _argument(call, *SAME_STRUCTURE[v[1]])
         out |= (self.expr_values(rel, qual, arg) if arg is not None
@@ -1075,6 +1093,9 @@ class Flow:
     name = facts_lib.dotted(expr.func) or ''
     head, _, attr = name.rpartition('.')
     full = f.imports.get(name, '')
+    if attr in NOT_OPTIMIZER_DEFS or full.rpartition('.')[2] in (
+        NOT_OPTIMIZER_DEFS):
+      return False
     return bool(attr[:1].isupper()) and (
         head in locals_ or head in ('flax.optim',)
         or full.startswith('flax.optim.'))
@@ -1433,12 +1454,26 @@ class Flow:
     changed = False
     i = 0
     star = False
+    # the parameters this call binds itself (by position before any *splat,
+    # or by keyword): no splat can bind them (Python refuses a second value)
+    bound = set()
+    n_pos = 0
+    for a in args:
+      if a.star == '*':
+        break
+      if not a.star and a.keyword is None:
+        n_pos += 1
+    if skip is not None:
+      bound.update(pos[:max(0, n_pos - skip)])
+    bound.update(a.keyword.value for a in args
+                 if a.keyword is not None and not a.star)
     for a in args:
       if a.star == '*':
         star = True
         continue
       if a.star == '**':
-        changed |= self._bind_splat(rel, qual, d, a.value, self_params)
+        changed |= self._bind_splat(rel, qual, d, a.value, self_params,
+                                    bound)
         continue
       if a.keyword is None:
         if skip is None:
@@ -1456,9 +1491,10 @@ class Flow:
         continue
       changed |= self._bind_keyword(d, a.keyword.value,
                                     self.expr_values(rel, qual, a.value))
-    if star:  # *args: any parameter may come from it
+    if star:  # *args: any parameter the call does not bind may come from it
       for n in d.names()[self_params:]:
-        changed |= self._add(d.slot(n), {UNKNOWN})
+        if n not in bound:
+          changed |= self._add(d.slot(n), {UNKNOWN})
     return changed
 
   def _bind_keyword(self, d, name, vals):
@@ -1468,7 +1504,7 @@ class Flow:
       return self._add_key(d.kwargs_site(), name, vals)
     return False
 
-  def _bind_splat(self, rel, qual, d, expr, self_params):
+  def _bind_splat(self, rel, qual, d, expr, self_params, bound=()):
     """``f(**x)``: x's keys to the parameters they name, when x is a dict
     whose keys the facts follow; every parameter may take its values
     where a key is not known here."""
@@ -1489,7 +1525,8 @@ class Flow:
               d, k, self.values.get(('ck', v[1], k), set()))
           continue
         for n in d.pos[self_params:] + d.kwonly:
-          changed |= self._add(d.slot(n), every)
+          if n not in bound:
+            changed |= self._add(d.slot(n), every)
         if d.starstar:
           changed |= self._add_key(d.kwargs_site(), None, every)
     return changed

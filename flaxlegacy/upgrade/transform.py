@@ -33,6 +33,40 @@ PROGRAM_METHODS = frozenset(('init', 'init_by_shape', 'call', 'create',
 LEGACY_ONLY_METHODS = frozenset(('init_by_shape', 'create_by_shape'))
 
 
+_LINEN_NAMES = []
+
+
+def _in_linen(name):
+  """Whether today's flax.linen has ``name`` (a kept legacy name that it
+  lacks keeps its legacy spelling).  Read from linen's ``__init__.py``
+  without importing it (importing flax.linen costs seconds)."""
+  if not _LINEN_NAMES:
+    import ast  # pylint: disable=g-import-not-at-top
+    import importlib.util  # pylint: disable=g-import-not-at-top
+    import os  # pylint: disable=g-import-not-at-top
+    names = set()
+    spec = importlib.util.find_spec('flax')
+    init = os.path.join(os.path.dirname(spec.origin), 'linen', '__init__.py')
+    with open(init, encoding='utf-8') as f:
+      tree = ast.parse(f.read())
+    for node in ast.walk(tree):
+      if isinstance(node, (ast.Import, ast.ImportFrom)):
+        for a in node.names:
+          names.add(a.asname or a.name.split('.')[0])
+      elif isinstance(node, ast.Assign):
+        names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+      elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        names.add(node.name)
+    # and its submodules (flax.linen.initializers, .linear ...)
+    for f in os.listdir(os.path.dirname(init)):
+      stem, ext = os.path.splitext(f)
+      if ext == '.py' or os.path.isdir(os.path.join(os.path.dirname(init),
+                                                    f)):
+        names.add(stem)
+    _LINEN_NAMES.append(frozenset(names))
+  return name in _LINEN_NAMES[0]
+
+
 class FileReport:
 
   def __init__(self):
@@ -256,6 +290,12 @@ class Upgrader(TodoComments, cst.CSTTransformer):
         why = layers_rule.UNSUPPORTED_LAYERS.get(head)
         self.todo(original_node, f'nn.{attr}: ' + (
             why or 'no certain linen rewrite here'))
+        if (not _in_linen(head) and isinstance(original_node.value,
+                                                cst.Attribute)
+            and not updated_node.value.deep_equals(original_node.value)):
+          # kept legacy code keeps its legacy spelling (flax.nn.Model):
+          # never renamed into a linen name that does not exist
+          return updated_node.with_changes(value=original_node.value)
     elif (isinstance(original_node.value, cst.Name)
           and self.ctx.codebase.module(self.ctx.facts,
                                       original_node.value.value)
@@ -528,7 +568,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # Program-level rules first (rules/programs.py), on the legacy
   # source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
-  if programs.relevant(file_facts):
+  if programs.relevant(file_facts, codebase, path):
     pctx = Context(file_facts, codebase, report, LazyPositions(module),
                    module.code_for_node)
     try:

@@ -18,14 +18,18 @@ facts, what the program rules need to decide that:
   conflict when it receives one in some runs and something else in others
   (class 3: a TODO there, never a guess);
 * ``model_reach`` -- for an ``nn.Model(M, params)`` call, the places its
-  model reaches where the program rules cannot call it with M (an
-  attribute, a table, a function whose models are of another class):
-  there the call keeps ``nn.Model`` with a TODO, and so does each use.
+  model reaches that cannot take its parameters (rules/model_uses.py reads
+  what each place does with it: a table, ``model.module``, a call of models
+  of several classes, an argument of a function the upgrade cannot see):
+  there the call keeps ``nn.Model`` with a TODO, and so does each use;
+  ``holds_models`` / ``model_apply_class`` -- what the program rules need
+  to rewrite the uses of an attribute or parameter that agrees.
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade.rules import model_uses
 
 # parameters the program rules take for models by their name (programs.py)
 MODEL_PARAM_NAMES = ('model',)
@@ -111,7 +115,47 @@ def attr_kind(codebase, rel, qual, expr, model_class=None):
   if kept:
     return (None, f'it holds a legacy optimizer the upgrade keeps '
             f'({kept[0]})', False)
+  for v in vals:
+    if v[0] == 'model' and v[1][0] == 'm':
+      why = model_kept(codebase, v[1], model_class)
+      if why:
+        return None, f'it holds an nn.Model the upgrade keeps ({why})', False
   return kind_of_values(vals)
+
+
+def holds_models(codebase, rel, qual, expr, model_class=None):
+  """Whether every value ``expr`` can hold is an ``nn.Model`` (or None)
+  that the upgrade rewrites (at least one model)."""
+  vals = values(codebase, rel, qual, expr)
+  if not vals or not any(v[0] == 'model' for v in vals):
+    return False
+  for v in vals:
+    if v[0] == 'none':
+      continue
+    if v[0] != 'model' or v[1][0] != 'm':
+      return False
+    if model_kept(codebase, v[1], model_class):
+      return False
+  return True
+
+
+def model_apply_class(codebase, rel, qual, expr):
+  """How file ``rel`` names the one module class every model ``expr`` can
+  hold is of (built without ``.partial`` keywords), or None."""
+  vals = values(codebase, rel, qual, expr)
+  key = None
+  for v in vals or ():
+    if v[0] == 'none':
+      continue
+    if v[0] != 'model':
+      return None
+    k = model_uses.model_class_of(codebase, v)
+    if k is None or (key is not None and k != key):
+      return None
+    key = k
+  if key is None:
+    return None
+  return model_uses.class_expr(codebase, rel, key)
 
 
 def model_module_classes(codebase, model_value):
@@ -141,6 +185,20 @@ def _site_reach(codebase, site, model_class):
 
 
 def _reach(codebase, flow, site, model_class):
+  value = ('model', site)
+  # the places it reaches, each read for what the code does with it there
+  # (rules/model_uses.py): every one agrees, or every model sharing a place
+  # with it stays too
+  u = model_uses.uses(codebase)
+  if u is None or value not in u.kept:
+    return _reach_by_kind(codebase, flow, site, model_class)
+  return u.kept[value]
+
+
+def _reach_by_kind(codebase, flow, site, model_class):
+  """The places a model reaches that the program rules do not follow by
+  their kind alone (attributes, tables, returns, parameters not called
+  ``model`` of the codebase's one model class)."""
   value = ('model', site)
   out = []
   builders = {}

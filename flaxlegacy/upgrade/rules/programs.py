@@ -61,6 +61,7 @@ from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import aliases
+from flaxlegacy.upgrade.rules import model_uses
 from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules import optimizer_defs
 from flaxlegacy.upgrade.rules.modules import _arg  # pylint: disable=g-importing-member
@@ -114,8 +115,16 @@ MOMENTUM_WITH_DECAY = ('momentum', ('learning_rate', 'beta', 'weight_decay',
                                     'nesterov'))
 USER_OPTDEF = optimizer_defs.KEEP
 TX_RULES = frozenset(OPTAX) | frozenset(LEGACY_OPTAX) | {'MultiOptimizer'}
+model_uses.REWRITTEN_OPTIMIZERS = TX_RULES
 OPT_PARAM_NAMES = ('optimizer', 'opt', 'new_optimizer')
 MODEL_PARAM_NAMES = ('model',)
+# typing constructs whose subscripts are types (a type alias outside an
+# annotation: ``F = Callable[[nn.Model], Any]``)
+TYPING_GENERICS = frozenset((
+    'Callable', 'Type', 'Optional', 'Union', 'Mapping', 'MutableMapping',
+    'Sequence', 'MutableSequence', 'List', 'Dict', 'Tuple', 'Set',
+    'FrozenSet', 'Iterable', 'Iterator', 'Generator', 'Collection',
+    'Awaitable', 'Coroutine', 'AsyncIterator', 'DefaultDict', 'Deque'))
 
 
 def _e(src):
@@ -375,9 +384,14 @@ def collect_facts(file_facts, module, code_of, code=None):
       module.code if code is None else code))
 
 
-def relevant(file_facts):
-  """Whether the program pass has anything to look at in this file."""
-  return getattr(file_facts, 'program_words', True)
+def relevant(file_facts, codebase=None, path=None):
+  """Whether the program pass has anything to look at in this file: its
+  words, or nn.Model values that the codebase hands to it (a library
+  function reading ``model.params``)."""
+  if getattr(file_facts, 'program_words', True):
+    return True
+  u = model_uses.uses(codebase) if codebase is not None else None
+  return u is not None and path in u.files
 
 
 def _codebase_model_class(codebase, path=None):
@@ -445,6 +459,15 @@ class Scope:
       return MODEL
     return None
 
+  def has(self, name):
+    """Whether a scope here decided ``name``'s kind (None included)."""
+    s = self
+    while s is not None:
+      if name in s.kinds:
+        return True
+      s = s.parent
+    return False
+
   def lookup(self, table, name):
     if table == 'modvars_':
       s = self
@@ -499,8 +522,20 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     self._optdef_values = set()  # ids of optim.X(...) assigned to a name
     self._unknown_calls = set()  # ids of model calls with a TODO
     self._rewritten_calls = set()  # ids of model calls leave_Call rewrote
+    self._traversals = None  # see _traversal_objects
+    self.module = None  # the file's module (run sets it)
+    self._in_type = 0  # inside a type annotation / typing subscript
+    self._type_subscripts = set()
 
   # -- helpers --
+  def _traversal_objects(self):
+    """ids of the ``ModelParamTraversal(f)`` calls of this file whose
+    traversal the code uses itself (``.update`` / ``.iterate``), computed
+    once."""
+    if self._traversals is None:
+      self._traversals = _traversal_objects(self.module, self)
+    return self._traversals
+
   def _argsrc(self, a):
     star = a.star if isinstance(a.star, str) else ''
     kw = f'{a.keyword.value}=' if a.keyword is not None else ''
@@ -611,7 +646,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if isinstance(expr, cst.Name):
       if self._kept_name(expr):
         return None
-      return self.scope.kind(expr.value)
+      k = self.scope.kind(expr.value)
+      if k is None and not self.scope.has(expr.value) and (
+          objects.holds_models(self.codebase, self.f.path, self._qual(),
+                               expr)):
+        # every value the codebase gives it is an nn.Model it rewrites
+        # (flow.py, rules/model_uses.py)
+        return MODEL
+      return k
     if isinstance(expr, cst.Attribute):
       if expr.attr.value == 'target' and self.kind_of(expr.value) == OPT:
         return MODEL
@@ -624,6 +666,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         return None
       if expr.attr.value == 'optimizer' and why is None:
         return OPT
+      if kind == 'model' and objects.holds_models(
+          self.codebase, self.f.path, self._qual(), expr, self.model_class):
+        return MODEL  # self.model: an nn.Model the upgrade rewrites
     if isinstance(expr, cst.Call):
       fn = expr.func
       if isinstance(fn, cst.Attribute):
@@ -680,6 +725,11 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     opt = self.scope.lookup('state_of', model_name)
     if opt:
       return f'{opt}.apply_fn'
+    cls = objects.model_apply_class(self.codebase, self.f.path, self._qual(),
+                                    cst.Name(model_name))
+    if cls is not None:
+      # every model it holds is of this class (flow.py)
+      return f'{cls}().apply'
     cls = self._model_class_expr()
     if cls is not None:
       # the one module class models are built of, bound in this file
@@ -1254,6 +1304,15 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       model = self.ctx.code_of(f)
       apply = f'{self.ctx.code_of(f.value)}.apply_fn'
       model = f'{self.ctx.code_of(f.value)}.params'
+    elif (isinstance(f, cst.Attribute) and method is None
+          and objects.holds_models(self.codebase, self.f.path, self._qual(),
+                                   f)):
+      # self.model(x): an attribute every value of which is an nn.Model
+      # the upgrade rewrites, all of one class (flow.py)
+      model = self.ctx.code_of(f)
+      cls = objects.model_apply_class(self.codebase, self.f.path,
+                                      self._qual(), f)
+      apply = None if cls is None else f'{cls}().apply'
     else:
       return None
     if apply is None:
@@ -1460,7 +1519,11 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         id(original_node) in self._kept_definitions())):
       # the optimizer it creates stays legacy (a TODO there): so does it
       return updated_node
-    if name == 'ModelParamTraversal':
+    if name == 'ModelParamTraversal' or (
+        isinstance(f, (cst.Name, cst.Attribute))
+        and self._qualify(facts_lib.dotted(f))
+        == 'flax.optim.ModelParamTraversal'
+        and id(original_node) in self._traversal_objects()):
       return self._traversal(original_node, updated_node)
     if name == 'MultiOptimizer':
       tx = self._multi(original_node, updated_node)
@@ -1561,9 +1624,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         # the model goes where its calls could not become M().apply: both
         # places keep the legacy code, with a TODO (uses: rules/modules)
         self.todo(original_node, 'nn.Model(M, params): this model reaches '
-                  f'{"; ".join(reach)}, where its module is not known; '
-                  'the upgrade rewrites it only where every place agrees: '
-                  'pass the module and its params there by hand')
+                  f'{"; ".join(reach)}, which cannot take its parameters '
+                  'alone; the upgrade rewrites it only where every place '
+                  'agrees: pass the module and its params there by hand')
         return updated_node
       if not self._known_module(original_node.args[0].value):
         # params alone would lose M: the model's calls elsewhere (a
@@ -1730,8 +1793,17 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
 
   def _traversal(self, original, updated):
     """``optim.ModelParamTraversal(f)`` -> ``f``: the filter itself, which
-    ``legacy_optax.traversal_labels`` reads (with the legacy paths)."""
+    ``legacy_optax.traversal_labels`` reads (with the legacy paths); a
+    traversal the code updates or iterates itself -> today's
+    ``flax.traverse_util.ModelParamTraversal(f)`` (same paths, on the
+    parameter dict a model became)."""
     args = updated.args
+    if id(original) in self._traversal_objects():
+      self.imports.add('import flax.traverse_util')
+      self.note(original, 'optim.ModelParamTraversal -> '
+                'flax.traverse_util.ModelParamTraversal')
+      return updated.with_changes(
+          func=_e('flax.traverse_util.ModelParamTraversal'))
     if len(args) != 1 or args[0].keyword is not None or args[0].star:
       self.todo(original, 'optim.ModelParamTraversal call form')
       return updated
@@ -1828,8 +1900,35 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                                      if p in kw]
     return f"legacy_optax.{fn}({', '.join(inner)})"
 
+  # -- type annotations --
+  def visit_Annotation(self, node):
+    self._in_type += 1
+
+  def leave_Annotation(self, original_node, updated_node):
+    self._in_type -= 1
+    return updated_node
+
+  def visit_Subscript(self, node):
+    # Callable[[nn.Model, ...], ...] in a type alias: a type, not a value
+    name = facts_lib.dotted(node.value) if isinstance(
+        node.value, (cst.Name, cst.Attribute)) else None
+    if name and name.split('.')[-1] in TYPING_GENERICS:
+      self._in_type += 1
+      self._type_subscripts.add(id(node))
+
+  def leave_Subscript(self, original_node, updated_node):
+    if id(original_node) in self._type_subscripts:
+      self._in_type -= 1
+    return updated_node
+
   def leave_Attribute(self, original_node, updated_node):
     a = original_node.attr.value
+    if self._in_type and self.is_nn(original_node, 'Model'):
+      # a type: what the model is now (its parameters, or a legacy Model
+      # kept with a TODO where it is made) has no single class
+      self.imports.add('from typing import Any')
+      self.note(original_node, 'nn.Model in a type -> Any')
+      return cst.Name('Any')
     # type annotations of legacy containers (flax.struct TrainStates)
     legacy_type = self.is_optim(original_node)
     if legacy_type == 'Optimizer':
@@ -1852,6 +1951,62 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if a == 'params' and k == MODEL:
       return updated_node.value
     return updated_node
+
+
+class _TraversalUses(walk.FastVisitor):
+  """The ModelParamTraversal calls whose traversal is updated or iterated
+  (directly, or through a name of the same scope)."""
+
+  def __init__(self, rw):
+    self.rw = rw
+    self.quals = []
+    self.calls = {}  # (scope, name) -> ids of the calls assigned to it
+    self.used = set()  # (scope, name) used as name.update / name.iterate
+    self.direct = set()
+
+  def visit_ClassDef(self, node):
+    self.quals.append(node.name.value)
+
+  def leave_ClassDef(self, node):
+    self.quals.pop()
+
+  def visit_FunctionDef(self, node):
+    self.quals.append(node.name.value)
+
+  def leave_FunctionDef(self, node):
+    self.quals.pop()
+
+  def _is_traversal(self, v):
+    return isinstance(v, cst.Call) and isinstance(
+        v.func, (cst.Name, cst.Attribute)) and (
+            self.rw.is_optim(v.func) == 'ModelParamTraversal'
+            or self.rw._qualify(facts_lib.dotted(v.func))  # pylint: disable=protected-access
+            == 'flax.optim.ModelParamTraversal')
+
+  def visit_Assign(self, node):
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and self._is_traversal(node.value)):
+      self.calls.setdefault(('.'.join(self.quals),
+                             node.targets[0].target.value), set()).add(
+                                 id(node.value))
+
+  def visit_Attribute(self, node):
+    if node.attr.value in ('update', 'iterate'):
+      if isinstance(node.value, cst.Name):
+        self.used.add(('.'.join(self.quals), node.value.value))
+      elif self._is_traversal(node.value):
+        self.direct.add(id(node.value))
+
+
+def _traversal_objects(module, rw):
+  v = _TraversalUses(rw)
+  module.visit(v)
+  out = set(v.direct)
+  for key, ids in v.calls.items():
+    if key in v.used:
+      out |= ids
+  return out
 
 
 def _nonzero(src):
@@ -2022,6 +2177,7 @@ def _drop_unused_optim_names(module, f):
 def run(ctx, module):
   """The program pass over one file; returns the new module."""
   rw = ProgramRewriter(ctx)
+  rw.module = module
   new = module.visit(rw)
   dropped = False
   if rw.f.optim_locals:
