@@ -329,6 +329,12 @@ class Flow:
     self.optimizer_sites = {}
     self._module_files = {}
     self._called_positions = set()
+    # class inheritance inside the codebase (_link_classes): (rel, qual) ->
+    # its codebase base classes; the root of its family (attributes on
+    # ``self`` are one slot per family: a base class's method sets what a
+    # subclass's method reads)
+    self.bases = {}
+    self._root = {}
 
   # -- building --
   def add_file(self, rel, module, file_facts):
@@ -388,6 +394,7 @@ class Flow:
     return getattr(self, 'contradictions', {}).get(slot)
 
   def _solve(self):
+    self._link_classes()
     call_nodes = set()
     for c in self.constraints:
       if c[0] == 'call':
@@ -416,6 +423,86 @@ class Flow:
       for slot in self.values:
         self.values[slot].add(UNKNOWN)
     return self
+
+  # -- classes of the codebase that derive from one another --
+  def _base_class(self, rel, expr):
+    """(rel, qual) of the codebase class a base expression names (a class
+    of the file, ``from m import C``, ``m.C``), or None."""
+    f = self._module_files.get(rel)
+    name = facts_lib.dotted(expr)
+    if not name or f is None:
+      return None
+    if (rel, name) in self.class_nodes:
+      return (rel, name)
+    head, _, rest = name.partition('.')
+    full = f.imports.get(head)
+    if not full:
+      return None
+    full = f'{full}.{rest}' if rest else full
+    mod, _, cls = full.rpartition('.')
+    other = self._file_for_module(rel, mod, 0) if mod else None
+    if other is not None and (other, cls) in self.class_nodes:
+      return (other, cls)
+    return None
+
+  def _link_classes(self):
+    if self.bases:
+      return
+    parent = {}
+
+    def find(k):
+      while parent.get(k, k) != k:
+        k = parent[k]
+      return k
+
+    for (rel, qual), node in self.class_nodes.items():
+      for b in node.bases:
+        base = self._base_class(rel, b.value)
+        if base is not None and base != (rel, qual):
+          self.bases.setdefault((rel, qual), []).append(base)
+          parent[find((rel, qual))] = find(base)
+    self._root = {k: find(k) for k in self.class_nodes}
+
+  def family_root(self, rel, cls):
+    """The class whose slots hold the ``self`` attributes of ``cls``."""
+    return self._root.get((rel, cls), (rel, cls))
+
+  def _family_defs(self, rel, cls, name):
+    """The methods ``name`` a call on an instance of ``cls`` may run: its
+    own or its bases' (the nearest), and the overrides of its subclasses."""
+    out = []
+    k = (rel, cls)
+    seen = set()
+    while k is not None and k not in seen:  # the nearest definition up
+      seen.add(k)
+      d = self.defs.get((k[0], f'{k[1]}.{name}'))
+      if d is not None:
+        out.append(d)
+        break
+      bases = self.bases.get(k)
+      k = bases[0] if bases else None
+    root = self.family_root(rel, cls)
+    if root != (rel, cls) or any(b == (rel, cls) for bs in self.bases.values()
+                                 for b in bs):
+      for c, r in self._root.items():
+        if r == root and c != (rel, cls) and self._derives(c, (rel, cls)):
+          d = self.defs.get((c[0], f'{c[1]}.{name}'))
+          if d is not None and d not in out:
+            out.append(d)
+    return out
+
+  def _derives(self, cls, base):
+    todo, seen = [cls], set()
+    while todo:
+      k = todo.pop()
+      if k in seen:
+        continue
+      seen.add(k)
+      for b in self.bases.get(k, ()):
+        if b == base:
+          return True
+        todo.append(b)
+    return False
 
   def _fixpoint(self):
     for _ in range(MAX_ROUNDS):
@@ -599,11 +686,13 @@ class Flow:
     s = self.scopes.get((rel, qual))
     if (isinstance(base, cst.Name) and s is not None and s.cls
         and base.value == s.self_name):
-      return [('a', rel, s.cls, attr)]
+      r, c = self.family_root(rel, s.cls)
+      return [('a', r, c, attr)]
     out = []
     for v in self.expr_values(rel, qual, base):
       if v[0] == 'instance':
-        out.append(('a', v[1], v[2], attr))
+        r, c = self.family_root(v[1], v[2])
+        out.append(('a', r, c, attr))
     return out
 
   # -- expressions --
@@ -640,10 +729,20 @@ class Flow:
         if v[0] == 'module':
           out |= self.values.get(('v', v[1], '', expr.attr.value), set())
         elif v[0] == 'instance':
-          d = self.defs.get((v[1], f'{v[2]}.{expr.attr.value}'))
-          if d is not None:  # obj.method
-            out.add(('boundmethod', v[1], d.qual))
-          elif not slots:
+          ds = self._family_defs(v[1], v[2], expr.attr.value)
+          for d in ds:  # obj.method (a property: what it returns)
+            if _is_property(d.node):
+              out |= self.values.get(('r', d.rel, d.qual), set())
+            else:
+              out.add(('boundmethod', d.rel, d.qual))
+          if not ds and not slots:
+            out.add(UNKNOWN)
+        elif v[0] == 'optimizer' and expr.attr.value == 'target':
+          # optimizer.target: what its create(...) was given
+          site = self.optimizer_sites.get(v[1])
+          if site is not None and site[2].args:
+            out |= self.expr_values(site[0], site[1], site[2].args[0].value)
+          else:
             out.add(UNKNOWN)
         elif v[0] == 'ext':
           out.add(('ext', f'{v[1]}.{expr.attr.value}'))
@@ -742,6 +841,12 @@ class Flow:
         if f.attr.value == 'optimize':
           return {('tuple*', o) for o in opts} | rest
         return opts | rest
+    if isinstance(f, cst.Attribute) and f.attr.value == 'replace':
+      # model.replace(params=...): a model of the same module
+      base = self.expr_values(rel, qual, f.value)
+      models = {v for v in base if v[0] == 'model'}
+      if models:
+        return models | ({UNKNOWN} if len(models) != len(base) else set())
     if facts_lib.dotted(f) == 'functools.partial' and call.args:
       out = self._partial(rel, qual, call.args[0].value, call.args[1:])
       if _partial_of_function(call):
@@ -895,15 +1000,37 @@ class Flow:
             changed |= self._bind_args(rel, qual, d, call.args[1:], None,
                                        1 if d.is_method else 0)
     if method is None and isinstance(f, cst.Attribute):
-      # obj.m(...) / self.m(...): a method of a class of the codebase
+      # obj.m(...) / self.m(...): a method of a class of the codebase (or
+      # of its bases, or a subclass's override)
       for v in self._receiver_classes(rel, qual, f.value):
-        d = self.defs.get((v[0], f'{v[1]}.{f.attr.value}'))
-        if d is not None:
+        for d in self._family_defs(v[0], v[1], f.attr.value):
           targets.append((d, 0, 1))
+      for d in self._super_defs(rel, qual, f):
+        targets.append((d, 0, 1))
     for d, skip, self_params in targets:
       d.called = True
       changed |= self._bind_args(rel, qual, d, call.args, skip, self_params)
     return changed
+
+  def _super_defs(self, rel, qual, f):
+    """``super().m`` / ``super(C, self).m``: the base class method."""
+    if not (isinstance(f.value, cst.Call)
+            and facts_lib.dotted(f.value.func) == 'super'):
+      return []
+    s = self.scopes.get((rel, qual))
+    if s is None or not s.cls:
+      return []
+    k, seen = (rel, s.cls), set()
+    while k not in seen:
+      seen.add(k)
+      bases = self.bases.get(k)
+      if not bases:
+        return []
+      k = bases[0]
+      d = self.defs.get((k[0], f'{k[1]}.{f.attr.value}'))
+      if d is not None:
+        return [d]
+    return []
 
   def _class_qual(self, rel, name):
     for (r, q), k in self.globals_kind.items():
@@ -972,6 +1099,7 @@ class Flow:
     return frozenset(out or {UNKNOWN})
 
   def attr_values(self, rel, cls, attr):
+    rel, cls = self.family_root(rel, cls)
     return frozenset(self.values.get(('a', rel, cls, attr), set())
                      or {UNKNOWN})
 
@@ -990,6 +1118,12 @@ _BUILTINS = frozenset(('len', 'range', 'int', 'float', 'str', 'list', 'dict',
                        'property', 'staticmethod', 'classmethod', 'map',
                        'filter', 'iter', 'next', 'reversed', 'round', 'bool',
                        'repr', 'format', 'open', 'id', 'hash', 'vars'))
+
+
+def _is_property(fn):
+  return any(facts_lib.dotted(d.decorator) in ('property',
+                                               'functools.cached_property')
+             for d in fn.decorators)
 
 
 def _partial_of_function(call):

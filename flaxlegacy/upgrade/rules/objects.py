@@ -19,8 +19,14 @@ facts, what the program rules need to decide that:
   (class 3: a TODO there, never a guess);
 * ``model_reach`` -- for an ``nn.Model(M, params)`` call, the places its
   model reaches where the program rules cannot call it with M (an
-  attribute, a table, a function whose models are of another class):
-  there the call keeps ``nn.Model`` with a TODO, and so does each use.
+  attribute, a table, a function whose models are of another class);
+* ``model_carried`` -- whether that model becomes a ``Model`` that carries
+  its module (``legacy_model.Model(M, params)``, flaxlegacy/migrate/
+  upgraded.py): where it reaches such a place, or M is not one known
+  class.  Every use of a carried model stays as it is (it is called,
+  ``.params``, ``.replace(...)`` as legacy), and an optimizer of one is a
+  TrainState over it; a name that holds a carried model in some runs and
+  parameters in others is a TODO.
 """
 
 import libcst as cst
@@ -54,24 +60,36 @@ def module_info(codebase, rel, qual, expr):
   return choice[1][0]
 
 
-def _kind(v):
+def _kind(v, codebase=None):
   if v[0] == 'optimizer':
     return 'optimizer'
   if v[0] == 'model':
+    if codebase is not None and v[1][0] == 'm' and model_carried(codebase,
+                                                                 v[1]):
+      return CARRIED
     return 'model'
   return None
 
 
-def kind_of_values(vals):
+# the kind of a model that carries its module (model_carried)
+CARRIED = 'carried'
+
+
+def kind_of_values(vals, codebase=None):
   """(kind or None, conflict why or None, whether some values are
-  unknown) for a set of values.  None (a default) agrees with any kind."""
+  unknown) for a set of values.  None (a default) agrees with any kind.
+  With ``codebase``, models that carry their module are kind CARRIED."""
   if not vals:
     return None, None, True
   unknown = flow_lib.UNKNOWN in vals
-  kinds = {_kind(v) for v in vals}
+  kinds = {_kind(v, codebase) for v in vals}
   legacy = kinds - {None}
   if not legacy:
     return None, None, unknown
+  if legacy == {'model', CARRIED}:
+    return (None, 'it holds a model that carries its module '
+            '(legacy_model.Model) in some runs and bare parameters in '
+            'others', unknown)
   if len(legacy) > 1:
     return (None, 'it holds an optimizer in some runs and a model in others',
             unknown)
@@ -97,7 +115,7 @@ def param_kind(codebase, rel, qual, name, model_class=None):
   if kept:
     return (None, f'it holds a legacy optimizer the upgrade keeps '
             f'({kept[0]})', False)
-  return kind_of_values(vals)
+  return kind_of_values(vals, codebase)
 
 
 def attr_kind(codebase, rel, qual, expr, model_class=None):
@@ -109,7 +127,7 @@ def attr_kind(codebase, rel, qual, expr, model_class=None):
   if kept:
     return (None, f'it holds a legacy optimizer the upgrade keeps '
             f'({kept[0]})', False)
-  return kind_of_values(vals)
+  return kind_of_values(vals, codebase)
 
 
 def model_module_classes(codebase, model_value):
@@ -117,6 +135,35 @@ def model_module_classes(codebase, model_value):
   flow = _flow(codebase)
   return frozenset(flow.values.get(model_value[1], set())) if flow else (
       frozenset())
+
+
+def model_carried(codebase, site, model_class=None):
+  """Whether the model of the ``nn.Model(M, params)`` call at ``site``
+  (``('m', rel, id(call))``) carries its module: it reaches a place where
+  its module cannot be named (``model_reach``), or M is not one module
+  class the facts name.  One answer for every file (the facts only), so
+  the call and each use agree."""
+  flow = _flow(codebase)
+  if flow is None or site[0] != 'm':
+    return False
+  cache = getattr(flow, 'carried_cache', None)
+  if cache is None:
+    cache = flow.carried_cache = {}
+  key = (site, model_class)
+  if key not in cache:
+    choice, _ = flow_lib.module_choice(codebase,
+                                       flow.values.get(site, set()))
+    cache[key] = bool(choice is None or choice[0] != 'class' or _site_reach(
+        codebase, site, model_class))
+  return cache[key]
+
+
+def carried(codebase, rel, qual, expr):
+  """(whether ``expr`` holds a model that carries its module, why not
+  every value agrees or None)."""
+  vals = values(codebase, rel, qual, expr) or ()
+  kind, why, _ = kind_of_values(vals, codebase)
+  return kind == CARRIED, why
 
 
 def model_reach(codebase, rel, call, model_class=None):
@@ -176,13 +223,9 @@ def optimizer_kept(codebase, site, model_class=None):
   if flow is None or site not in flow.optimizer_sites:
     return None
   rel, qual, call = flow.optimizer_sites[site]
+  del rel, qual, model_class
   if not call.args:
     return 'create() without a target'
-  for v in flow.values_of(rel, qual, call.args[0].value):
-    if v[0] == 'model' and v[1][0] == 'm' and _site_reach(
-        codebase, v[1], model_class):
-      return ('it optimizes a model that goes where its module is not known '
-              '(kept as nn.Model)')
   return None
 
 
@@ -230,36 +273,20 @@ def name_kept(codebase, rel, qual, name, model_class=None):
   kept = kept_optimizers(codebase, vals, model_class)
   if kept:
     return f'it holds a legacy optimizer the upgrade keeps ({kept[0]})'
-  for v in vals:
-    if v[0] == 'model' and v[1][0] == 'm':
-      why = model_kept(codebase, v[1], model_class)
-      if why:
-        return f'it holds an nn.Model the upgrade keeps ({why})'
+  _, why, _ = kind_of_values(vals, codebase)
+  if why and 'carries its module' in why:
+    return why
   return None
 
 
-def model_kept(codebase, site, model_class=None):
-  """Why the model of the ``nn.Model(M, params)`` call at ``site`` stays
-  an nn.Model (the program rules keep the call), or None."""
-  # Only where it reaches such a place: the program rules keep the call
-  # then, whatever its module (a module they cannot name where the model
-  # is made is their decision there, taken on more than these facts).  One
-  # text: the places are listed where the model is made, and a TODO must
-  # read the same when the upgrade runs again.
-  if _site_reach(codebase, site, model_class):
-    return 'it goes where its module is not known'
-  return None
-
-
-def kept_models(codebase, rel, qual, expr, model_class=None):
-  """The places that keep the models ``expr`` can hold as nn.Model (a
-  list; empty when every one is rewritten)."""
-  vals = values(codebase, rel, qual, expr) or ()
-  out = []
-  for v in vals:
-    if v[0] == 'model' and v[1][0] == 'm':
-      out += _site_reach(codebase, v[1], model_class)
-  return out
+def name_carried(codebase, rel, qual, name):
+  """Whether the variable ``name`` holds models that carry their module
+  (its uses stay as they are)."""
+  flow = _flow(codebase)
+  if flow is None:
+    return False
+  kind, _, _ = kind_of_values(flow.name_values(rel, qual, name), codebase)
+  return kind == CARRIED
 
 
 def optdef_names(codebase, rel, qual, expr):

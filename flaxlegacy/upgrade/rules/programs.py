@@ -114,6 +114,10 @@ MOMENTUM_WITH_DECAY = ('momentum', ('learning_rate', 'beta', 'weight_decay',
 USER_OPTDEF = optimizer_defs.KEEP
 TX_RULES = frozenset(OPTAX) | frozenset(LEGACY_OPTAX) | {'MultiOptimizer'}
 OPT_PARAM_NAMES = ('optimizer', 'opt', 'new_optimizer')
+# a model that carries its module (objects.model_carried): the helper it
+# becomes, imported under this name
+MODEL_HELPER_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_model'
+
 MODEL_PARAM_NAMES = ('model',)
 
 
@@ -572,6 +576,24 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                   'stays legacy: port by hand')
     return self._kept_names[key]
 
+  def _carried_name(self, name):
+    """Whether ``name`` holds models that carry their module."""
+    key = ('carried', self._qual(), name)
+    if key not in self._kept_names:
+      self._kept_names[key] = objects.name_carried(
+          self.codebase, self.f.path, self._qual(), name)
+    return self._kept_names[key]
+
+  def _module_classes_only(self, expr):
+    """Whether every value ``expr`` holds is a user legacy module class
+    (with any ``.partial`` keywords; some may be unknown: a class the
+    codebase is configured with)."""
+    vals = objects.values(self.codebase, self.f.path, self._qual(), expr)
+    if not vals:
+      return False
+    kinds = {v[0] for v in vals}
+    return 'class' in kinds and kinds <= {'class', 'unknown'}
+
   def _flagged(self, name):
     """Whether ``name`` is a parameter that already carries a TODO (its
     kind set to None where its function is defined)."""
@@ -586,6 +608,8 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if isinstance(expr, cst.Name):
       if self._kept_name(expr):
         return None
+      if self._carried_name(expr.value):
+        return None  # a legacy_model.Model: called as it is
       return self.scope.kind(expr.value)
     if isinstance(expr, cst.Attribute):
       if expr.attr.value == 'target' and self.kind_of(expr.value) == OPT:
@@ -784,6 +808,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         continue
       if kind == 'optimizer' and (not unknown or n in OPT_PARAM_NAMES):
         self.scope.kinds[n] = OPT
+        continue
+      if kind == objects.CARRIED:
+        # a legacy_model.Model: its calls stay as they are
+        self.scope.kinds[n] = None
         continue
       if kind == 'optimizer':
         # an optimizer from the codebase's calls, something unknown from
@@ -985,7 +1013,21 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         and facts_lib.legacy_attr(ov.func.value, self.f.nn_prefixes) is None:
       # ``_, params = X.init(rng, ...)``: the pair is legacy's life cycle;
       # X is not known to hold one legacy module class (a functools.partial
-      # built elsewhere, a class from outside): left, never silently
+      # built elsewhere, a class from outside)
+      if attr == 'init' and self._module_classes_only(ov.func.value) and (
+          not any(a.star for a in ov.args)) and ov.args[0].keyword is None:
+        # every value it holds is a legacy module class, of different
+        # fields: split the keywords by the class's fields at run time
+        self.imports.add(MODEL_HELPER_IMPORT)
+        args = ', '.join(self._argsrc(a) for a in stmt.value.args) if (
+            isinstance(stmt.value, cst.Call) and len(stmt.value.args) == len(
+                ov.args)) else ', '.join(self._argsrc(a) for a in ov.args)
+        x = self.ctx.code_of(ov.func.value)
+        self.note(line, 'X.init(rng, ...) of module classes known at run '
+                  'time -> legacy_model.init')
+        return [_s(f'{self.ctx.code_of(t)} = legacy_model.init({x}, '
+                   f'{args})\n')]
+      # otherwise left, never silently
       self.todo(ov, f'{self.ctx.code_of(ov.func)}(...) with a pair target: '
                 'legacy module life cycle on a value not known here to hold '
                 'one legacy module class; port by hand to '
@@ -1499,29 +1541,37 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         isinstance(f, cst.Attribute) and f.attr.value == 'assertIsInstance'):
       if len(original_node.args) == 2 and self.is_nn(
           original_node.args[1].value, 'Model'):
-        kept = objects.kept_models(self.codebase, self.f.path, self._qual(),
-                                   original_node.args[0].value,
-                                   self.model_class)
-        if kept:
-          self.todo(original_node, 'isinstance(..., nn.Model): the model '
-                    'tested here stays an nn.Model (it goes where its module '
-                    'is not known): port by hand')
+        is_carried, why = objects.carried(
+            self.codebase, self.f.path, self._qual(),
+            original_node.args[0].value)
+        if why:
+          self.todo(original_node, f'isinstance(..., nn.Model): {why}; '
+                    'port by hand')
           return updated_node
         args = list(updated_node.args)
-        args[1] = args[1].with_changes(value=cst.Name('dict'))
+        if is_carried:
+          self.imports.add(MODEL_HELPER_IMPORT)
+          args[1] = args[1].with_changes(value=_e('legacy_model.Model'))
+        else:
+          args[1] = args[1].with_changes(value=cst.Name('dict'))
         return updated_node.with_changes(args=args)
     # nn.Model(M, params) -> params
     if self.is_nn(f, 'Model') and len(original_node.args) == 2:
-      reach = objects.model_reach(self.codebase, self.f.path, original_node,
-                                  self.model_class)
-      if reach and self._known_module(original_node.args[0].value):
-        # the model goes where its calls could not become M().apply: both
-        # places keep the legacy code, with a TODO (uses: rules/modules)
-        self.todo(original_node, 'nn.Model(M, params): this model reaches '
-                  f'{"; ".join(reach)}, where its module is not known; '
-                  'the upgrade rewrites it only where every place agrees: '
-                  'pass the module and its params there by hand')
-        return updated_node
+      if objects.model_carried(self.codebase,
+                               ('m', self.f.path, id(original_node)),
+                               self.model_class):
+        # the model goes where its calls could not become M().apply, or
+        # its module is known only at run time: it carries its module,
+        # and every use stays as it is (objects.model_carried)
+        if any(a.keyword is not None or a.star
+               for a in original_node.args):
+          self.todo(original_node, 'nn.Model(...) with keywords: port by '
+                    'hand to legacy_model.Model(module, params)')
+          return updated_node
+        self.imports.add(MODEL_HELPER_IMPORT)
+        self.note(original_node, 'nn.Model(M, params) -> legacy_model.Model '
+                  '(it carries its module)')
+        return updated_node.with_changes(func=_e('legacy_model.Model'))
       if not self._known_module(original_node.args[0].value):
         # params alone would lose M: the model's calls elsewhere (a
         # parameter, an attribute ...) would call a dict
@@ -1559,7 +1609,16 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if tx is None:
       return None
     apply = None
-    if isinstance(target, cst.Name):
+    is_carried, why = objects.carried(self.codebase, self.f.path,
+                                      self._qual(), target)
+    if why:
+      self.todo(node, f'optimizer target: {why}; port by hand')
+      return None
+    if is_carried:
+      # its params are the Model; apply_fn calls it
+      self.imports.add(MODEL_HELPER_IMPORT)
+      apply = 'legacy_model.apply_model'
+    elif isinstance(target, cst.Name):
       apply = self.apply_fn_for(target.value)
     if apply is None:
       apply = 'None'
