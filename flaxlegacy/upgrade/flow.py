@@ -76,6 +76,7 @@ SAME_STRUCTURE = {
 }
 # kinds of values a legacy object rewrite cares about
 MODULE_KINDS = ('class', 'layer')
+TRAIN_STATE = 'train_state.TrainState'  # (flax.training.)
 
 
 def _params(fn):
@@ -335,6 +336,10 @@ class Flow:
     # subclass's method reads)
     self.bases = {}
     self._root = {}
+    # model sites that are an earlier upgrade's legacy_model.Model (a model
+    # that carries its module), and what each optimizer site optimizes
+    self.carried_sites = set()
+    self.optimizer_targets = {}
 
   # -- building --
   def add_file(self, rel, module, file_facts):
@@ -737,11 +742,15 @@ class Flow:
               out.add(('boundmethod', d.rel, d.qual))
           if not ds and not slots:
             out.add(UNKNOWN)
-        elif v[0] == 'optimizer' and expr.attr.value == 'target':
-          # optimizer.target: what its create(...) was given
+        elif v[0] == 'optimizer' and expr.attr.value in ('target', 'params'):
+          # optimizer.target (a TrainState's .params): what its create(...)
+          # was given
           site = self.optimizer_sites.get(v[1])
+          target = self.optimizer_targets.get(v[1])
           if site is not None and site[2].args:
             out |= self.expr_values(site[0], site[1], site[2].args[0].value)
+          elif target is not None:
+            out |= self.expr_values(*target)
           else:
             out.add(UNKNOWN)
         elif v[0] == 'ext':
@@ -822,7 +831,19 @@ class Flow:
             call.args):
       site = ('m', rel, id(call))  # the model's module values
       self._add(site, self.expr_values(rel, qual, call.args[0].value))
+      if _carried_model(f, f_facts):
+        self.carried_sites.add(site)
       return {('model', site)}
+    if f_facts is not None and isinstance(f, cst.Attribute) and (
+        f.attr.value == 'create') and f_facts.imports.get(
+            facts_lib.dotted(f.value) or '', facts_lib.dotted(f.value)) in (
+                TRAIN_STATE, 'flax.training.' + TRAIN_STATE):
+      # an earlier upgrade's TrainState: an optimizer of its params=
+      target = _argument(call, None, 'params')
+      site = ('o', rel, id(call))
+      if target is not None:
+        self.optimizer_targets[site] = (rel, qual, target)
+      return {('optimizer', site)}
     if self._is_optim(rel, qual, call):
       return {('optdef', facts_lib.dotted(call.func).split('.')[-1])}
     if isinstance(f, cst.Attribute) and f.attr.value in OPTIMIZER_METHODS:
@@ -1157,7 +1178,19 @@ def _kept_model(func, file_facts):
   if not (isinstance(func, cst.Attribute) and func.attr.value == 'Model'):
     return False
   base = facts_lib.dotted(func.value)
-  return base == 'flax.linen' or file_facts.imports.get(base) == 'flax.linen'
+  return base == 'flax.linen' or file_facts.imports.get(
+      base) == 'flax.linen' or _carried_model(func, file_facts)
+
+
+def _carried_model(func, file_facts):
+  """``legacy_model.Model``: the model an earlier upgrade made carry its
+  module (the helper copied into the tree, or flaxlegacy's own)."""
+  if not (isinstance(func, cst.Attribute) and func.attr.value == 'Model'):
+    return False
+  base = facts_lib.dotted(func.value) or ''
+  full = file_facts.imports.get(base, base)
+  return full.split('.')[-1] == 'legacy_helpers' or full in (
+      'flaxlegacy.migrate.upgraded',)
 
 
 def _observed_value(v):

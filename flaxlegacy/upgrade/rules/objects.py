@@ -29,12 +29,50 @@ facts, what the program rules need to decide that:
   parameters in others is a TODO.
 """
 
+import os
+
 import libcst as cst
 
 from flaxlegacy.upgrade import flow as flow_lib
 
 # parameters the program rules take for models by their name (programs.py)
 MODEL_PARAM_NAMES = ('model',)
+
+
+def codebase_model_class(codebase, path=None):
+  """The one module class the program's models are built of, or None.
+
+  With ``path`` (the file being upgraded), the programs of its own
+  directory decide first: a tree of several example programs (one model
+  class each) upgraded in one run.  (The program rules call a model
+  parameter named ``model`` as this class.)
+  """
+  cache = getattr(codebase, 'model_class_cache', None)
+  if cache is None:
+    cache = codebase.model_class_cache = {}
+  key = os.path.dirname(path) if path is not None else None
+  if key in cache:
+    return cache[key]
+
+  def model_classes(files):
+    names = set()
+    for f in files:
+      names |= {n for n in getattr(f, 'model_classes', ()) if n}
+    return {n for n in names if n in codebase.modules}
+
+  found = None
+  if path is not None:
+    names = model_classes(f for rel, f in codebase.files.items()
+                          if os.path.dirname(rel) == key)
+    if len(names) == 1:
+      found = names.pop()
+  if found is None:
+    names = model_classes(codebase.files.values())
+    if not names and len(codebase.modules) == 1:
+      names = set(codebase.modules)  # the only module there is
+    found = names.pop() if len(names) == 1 else None
+  cache[key] = found
+  return found
 
 
 def _flow(codebase):
@@ -146,16 +184,18 @@ def model_carried(codebase, site, model_class=None):
   flow = _flow(codebase)
   if flow is None or site[0] != 'm':
     return False
+  del model_class  # one answer whichever file asks
   cache = getattr(flow, 'carried_cache', None)
   if cache is None:
     cache = flow.carried_cache = {}
-  key = (site, model_class)
-  if key not in cache:
+  if site not in cache and site in getattr(flow, 'carried_sites', ()):
+    cache[site] = True  # an earlier upgrade's legacy_model.Model
+  if site not in cache:
     choice, _ = flow_lib.module_choice(codebase,
                                        flow.values.get(site, set()))
-    cache[key] = bool(choice is None or choice[0] != 'class' or _site_reach(
-        codebase, site, model_class))
-  return cache[key]
+    cache[site] = bool(choice is None or choice[0] != 'class'
+                       or _site_reach(codebase, site))
+  return cache[site]
 
 
 def carried(codebase, rel, qual, expr):
@@ -172,20 +212,22 @@ def model_reach(codebase, rel, call, model_class=None):
   return _site_reach(codebase, ('m', rel, id(call)), model_class)
 
 
-def _site_reach(codebase, site, model_class):
+def _site_reach(codebase, site, model_class=None):
+  """(``model_class`` is not used: a parameter named ``model`` is called
+  as the model class of its own file, whichever file asks.)"""
+  del model_class
   flow = _flow(codebase)
   if flow is None:
     return []
   cache = getattr(flow, 'reach_cache', None)
   if cache is None:
     cache = flow.reach_cache = {}
-  key = (site, model_class)
-  if key not in cache:
-    cache[key] = _reach(codebase, flow, site, model_class)
-  return cache[key]
+  if site not in cache:
+    cache[site] = _reach(codebase, flow, site)
+  return cache[site]
 
 
-def _reach(codebase, flow, site, model_class):
+def _reach(codebase, flow, site):
   value = ('model', site)
   out = []
   builders = {}
@@ -209,6 +251,7 @@ def _reach(codebase, flow, site, model_class):
       # codebase's one model class, with its fields' defaults: right only
       # for a model of that class built without .partial keywords
       built = flow.values.get(site, set())
+      model_class = codebase_model_class(codebase, slot[1])
       if not (slot[3] in MODEL_PARAM_NAMES and model_class is not None
               and built and all(v[0] == 'class' and v[2] == model_class
                                 and not v[3] for v in built)):

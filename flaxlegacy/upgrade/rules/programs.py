@@ -384,28 +384,9 @@ def relevant(file_facts):
 
 
 def _codebase_model_class(codebase, path=None):
-  """The one module class the program's models are built of, or None.
-
-  With ``path`` (the file being upgraded), the programs of its own
-  directory decide first: a tree of several example programs (one model
-  class each) upgraded in one run.
-  """
-  def model_classes(files):
-    names = set()
-    for f in files:
-      names |= {n for n in getattr(f, 'model_classes', ()) if n}
-    return {n for n in names if n in codebase.modules}
-
-  if path is not None:
-    here = os.path.dirname(path)
-    names = model_classes(f for rel, f in codebase.files.items()
-                          if os.path.dirname(rel) == here)
-    if len(names) == 1:
-      return names.pop()
-  names = model_classes(codebase.files.values())
-  if not names and len(codebase.modules) == 1:
-    names = set(codebase.modules)  # the only module there is
-  return names.pop() if len(names) == 1 else None
+  """The one module class the program's models are built of, or None
+  (objects.codebase_model_class)."""
+  return objects.codebase_model_class(codebase, path)
 
 
 def _rel_of(codebase, file_facts):
@@ -1452,9 +1433,11 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                             tx=self.ctx.code_of(f.value)) or updated_node
     # make_optimizer_def(...).create(model): a definition from a function
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and len(
-        original_node.args) == 1 and self.kind_of(
-            original_node.args[0].value) == MODEL and isinstance(
-                f.value, cst.Call) and _returns_optax(self, f.value):
+        original_node.args) == 1 and (self.kind_of(
+            original_node.args[0].value) == MODEL or objects.carried(
+                self.codebase, self.f.path, self._qual(),
+                original_node.args[0].value)[0]) and isinstance(
+                    f.value, cst.Call) and _returns_optax(self, f.value):
       return self._create(original_node, None, 'Optimizer', tx=self.ctx.code_of(
           updated_node.func.value)) or updated_node
     # optim.X(...) alone: the optax transformation
