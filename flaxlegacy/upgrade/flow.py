@@ -981,6 +981,12 @@ class Flow:
   def _call(self, rel, qual, call):
     f = call.func
     changed = False
+    f_facts = self._module_files.get(rel)
+    if f_facts is not None and call.args and (facts_lib.legacy_attr(
+        f, f_facts.nn_prefixes) == 'Model' or _kept_model(f, f_facts)):
+      # every nn.Model(M, ...) has its module values, wherever it stands
+      # (an argument of create(...) is not evaluated otherwise)
+      self._call_values(rel, qual, call)  # (_add marks the change)
     targets = []  # (def, arguments to skip, positional allowed)
     method = None
     base = f
