@@ -283,7 +283,7 @@ def hashable(key):
 # legacy model was called.
 
 
-def _module_class(module):
+def _model_module_class(module):
   import functools  # pylint: disable=g-import-not-at-top
   cls = module
   while isinstance(cls, functools.partial):
@@ -291,19 +291,19 @@ def _module_class(module):
   return cls if isinstance(cls, type) else type(cls)
 
 
-def _split(module, kwargs):
+def _model_split(module, kwargs):
   """(constructor keywords, ``__call__`` keywords) of a legacy call's
   keywords: a linen class takes its hyper-parameters as fields (legacy took
   them at every call, overriding its ``.partial`` keywords)."""
   import dataclasses  # pylint: disable=g-import-not-at-top
-  cls = _module_class(module)
+  cls = _model_module_class(module)
   fields = {f.name for f in dataclasses.fields(cls) if f.init} - {'parent'}
   ctor = {k: v for k, v in kwargs.items() if k in fields}
   call = {k: v for k, v in kwargs.items() if k not in fields}
   return ctor, call
 
 
-def _instance(module, ctor):
+def _model_instance(module, ctor):
   if isinstance(module, type) or not hasattr(module, 'clone'):
     return module(**ctor)  # a class or a functools.partial of one
   return module.clone(**ctor) if ctor else module
@@ -332,9 +332,25 @@ class Model:
     self.params = params
 
   def __call__(self, *args, **kwargs):
-    ctor, call = _split(self.module, kwargs)
-    return _instance(self.module, ctor).apply({'params': self.params}, *args,
+    ctor, call = _model_split(self.module, kwargs)
+    return _model_instance(self.module, ctor).apply({'params': self.params}, *args,
                                               **call)
+
+  def __getattr__(self, name):
+    # model.encode(x): a method of the module (a legacy module_method),
+    # applied with the parameters
+    if name.startswith('__') or name in ('module', 'params'):
+      raise AttributeError(name)
+    method = getattr(_model_module_class(self.module), name, None)
+    if not callable(method):
+      raise AttributeError(f'Model has no attribute {name!r} (and its '
+                           f'module class no method {name!r})')
+
+    def apply_method(*args, **kwargs):
+      ctor, call = _model_split(self.module, kwargs)
+      return _model_instance(self.module, ctor).apply(
+          {'params': self.params}, *args, method=name, **call)
+    return apply_method
 
   def replace(self, **updates):
     unknown = set(updates) - {'module', 'params'}
@@ -366,12 +382,12 @@ def apply_model(variables, /, *args, **kwargs):
   return variables['params'](*args, **kwargs)
 
 
-def init(module, rng, /, *args, **kwargs):
+def init_module(module, rng, /, *args, **kwargs):
   """Legacy ``module.init(rng, *inputs, **kwargs)`` of a linen module class
   (or ``functools.partial`` of one) known only at run time: ``(outputs,
   params)``, the keywords split between fields and ``__call__`` by the
   class's fields."""
-  ctor, call = _split(module, kwargs)
-  outputs, variables = _instance(module, ctor).init_with_output(
+  ctor, call = _model_split(module, kwargs)
+  outputs, variables = _model_instance(module, ctor).init_with_output(
       rng, *args, **call)
   return outputs, variables.get('params', {})

@@ -22,8 +22,8 @@ facts, what the program rules need to decide that:
   attribute, a table, a function whose models are of another class);
 * ``model_carried`` -- whether that model becomes a ``Model`` that carries
   its module (``legacy_model.Model(M, params)``, flaxlegacy/migrate/
-  upgraded.py): where it reaches such a place, or M is not one known
-  class.  Every use of a carried model stays as it is (it is called,
+  upgraded.py): where it reaches such a place, or M holds classes of
+  different parameters.  Every use of a carried model stays as it is (it is called,
   ``.params``, ``.replace(...)`` as legacy), and an optimizer of one is a
   TrainState over it; a name that holds a carried model in some runs and
   parameters in others is a TODO.
@@ -34,6 +34,7 @@ import os
 import libcst as cst
 
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade.rules import aliases
 
 # parameters the program rules take for models by their name (programs.py)
 MODEL_PARAM_NAMES = ('model',)
@@ -178,9 +179,11 @@ def model_module_classes(codebase, model_value):
 def model_carried(codebase, site, model_class=None):
   """Whether the model of the ``nn.Model(M, params)`` call at ``site``
   (``('m', rel, id(call))``) carries its module: it reaches a place where
-  its module cannot be named (``model_reach``), or M is not one module
-  class the facts name.  One answer for every file (the facts only), so
-  the call and each use agree."""
+  its module cannot be named (``model_reach``), or M holds module classes
+  of different parameters.  Never for a legacy layer (linen's has other
+  fields), nor for an M nothing is known of that stays where it is made.
+  One answer for every file (the facts only), so the call and each use
+  agree."""
   flow = _flow(codebase)
   if flow is None or site[0] != 'm':
     return False
@@ -191,11 +194,35 @@ def model_carried(codebase, site, model_class=None):
   if site not in cache and site in getattr(flow, 'carried_sites', ()):
     cache[site] = True  # an earlier upgrade's legacy_model.Model
   if site not in cache:
-    choice, _ = flow_lib.module_choice(codebase,
-                                       flow.values.get(site, set()))
-    cache[site] = bool(choice is None or choice[0] != 'class'
-                       or _site_reach(codebase, site))
+    vals = flow.values.get(site, set())
+    if any(v[0] == 'layer' for v in vals):
+      # a legacy layer: linen's has other fields (and needs some legacy
+      # inferred): the program rules keep it, with a TODO
+      cache[site] = False
+    elif _site_reach(codebase, site):
+      cache[site] = True
+    else:
+      # module classes of different parameters: carried; nothing known
+      # about M (a loop over layers, a value from outside): the program
+      # rules' TODO
+      cache[site] = any(v[0] == 'class' for v in vals) and not (
+          _module_named(codebase, flow, site))
   return cache[site]
+
+
+def _module_named(codebase, flow, site):
+  """Whether the module of the model at ``site`` is one class the rules
+  can name: what every value is (flow.py), or else the class the source
+  names there (``nn.Model(models.CNN, p)``, a local bound to
+  ``CNN.partial(...)``, as the program rules read it)."""
+  choice, _ = flow_lib.module_choice(codebase, flow.values.get(site, set()))
+  if choice is not None and choice[0] == 'class':
+    return True
+  if any(v[0] == 'class' for v in flow.values.get(site, ())):
+    return False  # several classes, of different parameters
+  f = codebase.files.get(site[1])
+  name = getattr(f, 'model_site_names', {}).get(site[2])
+  return aliases.is_module_name(codebase, name)
 
 
 def carried(codebase, rel, qual, expr):

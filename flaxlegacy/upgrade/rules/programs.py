@@ -158,6 +158,7 @@ class _Scan(walk.FastVisitor):
     self.grad_fns = {}  # name -> loss function it differentiates
     f.optdef_functions = set()
     f.model_builders = {}  # function -> (params, module expr src, index)
+    f.model_site_names = {}  # id(nn.Model call) -> the class it names
     f.per_step_lr = False
     f.optim_locals = {l for l, full in f.imports.items()
                       if full in ('flax.optim',)}
@@ -307,6 +308,10 @@ class _Scan(walk.FastVisitor):
       if (facts_lib.legacy_attr(fn, self.f.nn_prefixes) == 'Model'
           and node.args):
         self.f.model_classes.add(_class_name(node.args[0].value))
+        # the class the source names for its module (a local bound to a
+        # partial: its class), for objects.model_carried
+        name = _class_name(node.args[0].value)
+        self.f.model_site_names[id(node)] = self.partial_vars.get(name, name)
     # grad_fn = jax.value_and_grad(f, ...) ... grad_fn(x.target)
     if (isinstance(fn, cst.Name) and fn.value in self.grad_fns and node.args
         and isinstance(node.args[0].value, cst.Attribute)
@@ -1005,8 +1010,8 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                 ov.args)) else ', '.join(self._argsrc(a) for a in ov.args)
         x = self.ctx.code_of(ov.func.value)
         self.note(line, 'X.init(rng, ...) of module classes known at run '
-                  'time -> legacy_model.init')
-        return [_s(f'{self.ctx.code_of(t)} = legacy_model.init({x}, '
+                  'time -> legacy_model.init_module')
+        return [_s(f'{self.ctx.code_of(t)} = legacy_model.init_module({x}, '
                    f'{args})\n')]
       # otherwise left, never silently
       self.todo(ov, f'{self.ctx.code_of(ov.func)}(...) with a pair target: '
