@@ -401,3 +401,40 @@ def test_model_helper_splits_fields_and_call_keywords():
   assert model.replace(params=want).module is module
   with pytest.raises(TypeError, match='no field'):
     model.replace(target=want)
+
+
+def test_apply_gradients_of_a_bare_array_target_gets_a_todo():
+  """sam's optimizer test: an optimizer created on a bare NumPy array.
+  The TrainState's apply_gradients refuses an array (it tests ``in`` on
+  the gradient), which the source cannot show: the line that fails
+  carries the TODO, not only the create (a definition the facts know, and
+  a user OptimizerDef)."""
+  for make in ('optim.GradientDescent(learning_rate=0.1)', 'MyOpt()'):
+    new, rep = upgrade_source(textwrap.dedent('''
+        import numpy as onp
+        from flax import optim
+
+        class MyOpt(optim.OptimizerDef):
+          def init_param_state(self, param):
+            return ()
+
+          def apply_param_gradient(self, step, hyper_params, param, state,
+                                   grad):
+            return param - 0.1 * grad, state
+
+        def run():
+          w0 = onp.random.normal(size=[3])
+          opt = MAKE.create(w0)
+          for _ in range(2):
+            g = opt.target
+            opt = opt.apply_gradient(g)
+          return opt.target
+        ''').replace('MAKE', make))
+    lines = new.splitlines()
+    i = [n for n, l in enumerate(lines)
+         if 'opt = opt.apply_gradients(grads=g)' in l]
+    assert i, new
+    assert lines[i[0] - 1].strip().startswith(
+        TODO + ': apply_gradients: this optimizer was created on a target '
+        'not known to be a parameter tree'), new
+    assert sum('refuses a bare array' in t['why'] for t in rep.left) == 1

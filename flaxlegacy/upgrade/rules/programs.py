@@ -419,6 +419,9 @@ class Scope:
     self.modvars = set()  # names bound to X.partial(...) of a legacy module
     self.traversals = {}  # names bound to optim.ModelParamTraversal(f)
     self.user_defs = {}  # names bound to a user OptimizerDef instance
+    # names bound to a TrainState made of a target not known to be a
+    # parameter tree (apply_fn not known either)
+    self.bare_states = {}
 
   def kind(self, name):
     s = self
@@ -488,6 +491,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     self._optdef_values = set()  # ids of optim.X(...) assigned to a name
     self._unknown_calls = set()  # ids of model calls with a TODO
     self._rewritten_calls = set()  # ids of model calls leave_Call rewrote
+    self._bare_creates = set()  # ids of create(...) calls of unknown targets
 
   # -- helpers --
   def _argsrc(self, a):
@@ -958,6 +962,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return
     self.scope.kinds[target.value] = MODEL
     self.scope.apply_of[target.value] = self.module_ctor(_e(expr)) + '.apply'
+
+  def leave_Assign(self, original_node, updated_node):
+    # x = opt_def.create(target) of a target not known to be parameters
+    if id(original_node.value) in self._bare_creates and len(
+        original_node.targets) == 1 and isinstance(
+            original_node.targets[0].target, cst.Name):
+      self.scope.bare_states[original_node.targets[0].target.value] = True
+    return updated_node
 
   def leave_SimpleStatementLine(self, original_node, updated_node):
     if len(updated_node.body) != 1:
@@ -1476,6 +1488,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                                       original_node)
         if apply is None:
           return updated_node
+        if isinstance(f.value, cst.Name) and self.scope.lookup(
+            'bare_states', f.value.value):
+          # created here with apply_fn=None: its target is not known to be
+          # a model's parameter tree (sam's test optimizes a bare array)
+          self.todo(original_node, 'apply_gradients: this optimizer was '
+                    'created on a target not known to be a parameter tree; '
+                    'TrainState.apply_gradients refuses a bare array (it '
+                    'tests `in` on it): wrap the target in a dict')
         self.note(original_node, 'apply_gradient -> apply_gradients')
         return _e(apply)
       if f.attr.value in ('replicate', 'unreplicate') and not (
@@ -1610,6 +1630,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       apply = self.apply_fn_for(target.value)
     if apply is None:
       apply = 'None'
+      self._bare_creates.add(id(node))
       self.todo(node, 'TrainState.apply_fn: the module of this model is not '
                 'known here; apply it with module.apply (and if the target '
                 'is a bare array, not a dict of parameters, '
