@@ -227,7 +227,7 @@ def test_file_naming_no_nn_is_still_upgraded(tmp_path):
   assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
 
 
-def test_model_of_unknown_module_is_left_with_a_todo():
+def test_model_of_unknown_module_carries_it():
   new, rep = up('''
       from flax import nn
 
@@ -237,9 +237,13 @@ def test_model_of_unknown_module_is_left_with_a_todo():
           _, params = self.network.init(rng, x)
           self.model = nn.Model(self.network, params)
       ''')
-  assert 'nn.Model(self.network, params)' in new
-  assert any('nn.Model(M, params): M is not known here' in t['why']
+  # the model carries its module (whatever class it is at run time);
+  # what nothing says is a legacy module class keeps its TODOs
+  assert 'self.model = legacy_model.Model(self.network, params)' in new
+  assert not any('nn.Model' in t['why'] for t in rep.left)
+  assert any('network.partial(...): not known here' in t['why']
              for t in rep.left)
+  assert any('with a pair target' in t['why'] for t in rep.left)
   # a module class the rules know still becomes its parameters
   new, rep = up('''
       from flax import nn

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+
 from flaxlegacy.upgrade import api
 from flaxlegacy.upgrade import upgrade_source
 
@@ -265,27 +267,40 @@ DISAGREE = {
 }
 
 
-def test_models_whose_places_disagree_stay_with_todos(tmp_path):
+def test_models_whose_places_disagree_carry_their_module(tmp_path):
   """``describe`` reads ``model.module`` (a parameter dict has none), and
-  ``predict`` calls models of two classes: those models stay nn.Model
-  where they are made (a TODO naming the place and the use), and so do the
-  places they reach -- never a model rewritten where it is made and read
-  as a legacy Model elsewhere."""
-  _, out, report = _upgrade(tmp_path, DISAGREE)
+  ``predict`` calls models of two classes: no place can take parameters
+  alone, so those models carry their module (``legacy_model.Model``,
+  rules/objects.py ``model_carried``) where they are made, and the places
+  they reach stay as written -- never a model rewritten to its parameters
+  where it is made and read as a legacy Model elsewhere.  The numbers are
+  legacy's."""
+  src, out, report = _upgrade(tmp_path, DISAGREE)
   main = (out / 'main.py').read_text()
   lib = (out / 'lib.py').read_text()
-  whys = [t['why'] for t in report['files']['main.py']['left']]
-  assert any("the parameter 'model' of describe (.module)" in w
-             for w in whys), whys
-  assert any("the parameter 'model' of predict (a call whose module is not "
-             'one class known there)' in w for w in whys), whys
-  for kept in ('a = nn.Model(A, pa)', 'b = nn.Model(B, pb)',
-               'c = nn.Model(A, pc)', 'c.params'):
-    assert kept in main, (kept, main)
+  assert not report['files']['main.py']['left']
+  for carried in ('a = legacy_model.Model(A, pa)',
+                  'b = legacy_model.Model(B, pb)',
+                  'c = legacy_model.Model(A, pc)', 'c.params'):
+    assert carried in main, (carried, main)
   # the helpers are not rewritten as if they took parameters
   assert 'return type(model.module).__name__, len(model.params)' in lib
   assert 'return model(x)' in lib
   assert '.apply(' not in lib
+  # (legacy flax.nn and linen draw different initial parameters from one
+  # key: each side checks its models compute with their own parameters)
+  code = """
+      import json, jax, numpy as np, main
+      d, yb, yc, cp = main.main()
+      p = cp['Dense_0']
+      want = np.ones((1, 4)) @ np.asarray(p['kernel']) + np.asarray(p['bias'])
+      print(json.dumps([d[1], list(np.shape(yb)),
+                        float(np.max(np.abs(np.asarray(yc) - want)))]))
+      """
+  legacy = _run(src, code, off=False)
+  upgraded = _run(out, code, off=True)
+  assert legacy[:2] == upgraded[:2] == [1, [1, 3]]  # one Dense_0; B's width
+  assert legacy[2] < 1e-5 and upgraded[2] < 1e-5
 
 
 def test_model_in_a_type_annotation_becomes_any():

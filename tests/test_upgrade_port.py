@@ -910,30 +910,36 @@ DISAGREE = {
 }
 
 
-def test_objects_whose_rewrites_would_disagree_keep_todos():
+def test_model_that_goes_where_its_module_is_not_known_carries_it(
+    tmp_path):
   """The model goes to an attribute and to another function, where its
-  module (a value of the agent) is not known: the nn.Model stays, with a
-  TODO; so does the optimizer built on it, and the function it reaches
-  keeps reading ``.target`` (not rewritten as a TrainState), with a TODO
-  on it -- never one place rewritten and the other not."""
-  import tempfile  # pylint: disable=g-import-not-at-top
-  import pathlib  # pylint: disable=g-import-not-at-top
-  with tempfile.TemporaryDirectory() as tmp:
-    _, out, _, report = _upgrade_dir(pathlib.Path(tmp), DISAGREE)
-    new = (out / 'agent.py').read_text()
-  whys = [t['why'] for t in report['files']['agent.py']['left']]
-  # the place that disagrees, and what it does with the model there
-  assert any(w.startswith('nn.Model(M, params): this model reaches the '
-                          "parameter 'target_network' of train (a call "
-                          'whose module is not one class known there)')
-             for w in whys), whys
-  assert any(w.startswith('optimizer: it optimizes a model that goes where '
-                          'its module is not known') for w in whys), whys
-  assert any(w.startswith("parameter 'optimizer': it holds a legacy "
-                          'optimizer the upgrade keeps') for w in whys), whys
-  assert 'online = nn.Model(self.network, params)' in new
-  assert 'self.optimizer = optimizer_def.create(online)' in new
-  assert 'grad = jax.grad(loss_fn)(optimizer.target)' in new
+  module (a value of the agent) is not known: it carries its module
+  (``legacy_model.Model``), the optimizer built on it is a TrainState over
+  it, and the function it reaches reads ``.params`` and calls the models
+  as they were -- every place agrees, and the numbers are legacy's
+  (tests/test_upgrade_carried_models.py has the whole agent)."""
+  files = dict(DISAGREE)
+  files['agent_test.py'] = textwrap.dedent(files['agent_test.py']) + (
+      "\n\nif __name__ == '__main__':\n"
+      "  import json\n"
+      "  import jax\n"
+      "  a = agent.Agent(2)\n"
+      "  a.step(jnp.ones((1, 4)))\n"
+      "  a.step(jnp.ones((1, 4)))\n"
+      "  print(json.dumps([l.tolist() for l in jax.tree_util.tree_leaves(\n"
+      "      a.optimizer.target.params)]))\n")
+  legacy, upgraded, (_, out, report) = _run_both(
+      tmp_path, files, 'import runpy; runpy.run_path("agent_test.py", '
+      'run_name="__main__")')
+  assert len(legacy) == len(upgraded) == 4
+  for a, b in zip(legacy, upgraded):
+    np.testing.assert_allclose(b, a, rtol=1e-6)
+  new = (out / 'agent.py').read_text()
+  assert not report['files']['agent.py']['left']
+  assert 'online = legacy_model.Model(self.network, params)' in new
+  assert ('self.optimizer = train_state.TrainState.create(apply_fn='
+          'legacy_model.apply_model, params=online, tx=optimizer_def)') in new
+  assert 'grad = jax.grad(loss_fn)(optimizer.params)' in new
   assert 'return jnp.mean((model(states) - target_network(states)) ** 2)' \
       in new
 
@@ -991,46 +997,33 @@ KEPT_REACH = {
 }
 
 
-def test_kept_optimizer_stays_legacy_everywhere_it_reaches(tmp_path):
-  """pixelcnn's shape: the optimizer of a model whose module is not known
-  stays legacy where it is made (a TODO); it reaches ``train_step`` through
+def test_optimizer_of_a_carried_model_agrees_everywhere_it_reaches(
+    tmp_path):
+  """pixelcnn's shape: a model whose module comes from outside the
+  codebase carries it (``legacy_model.Model``); its optimizer is a
+  TrainState over it, and so it is where it reaches ``train_step`` through
   ``jax.pmap(functools.partial(train_step, ...))`` after a checkpoint
-  restore and ``jax_utils.replicate``, and a local of ``train`` (as does
-  the model, read there as ``model.params``).  None of those places is
-  rewritten as a TrainState (each says why), and its
-  definition stays ``optim.Adam`` (``.create`` of an optax transformation
-  would fail) -- never one place rewritten and another not."""
+  restore and ``jax_utils.replicate``, and in the locals of ``train``
+  (``model.params`` stays: the Model has it).  Only the legacy ``init`` of
+  the module from outside keeps its TODO (nothing says it is a legacy
+  module class)."""
   _, out, _, report = _upgrade_dir(tmp_path, KEPT_REACH)
   new = (out / 'train.py').read_text()
   whys = [t['why'] for t in report['files']['train.py']['left']]
-  assert any(w.startswith('optimizer: it optimizes a model that goes where '
-                          'its module is not known') for w in whys), whys
-  # the parameter train_step receives through pmap(partial(...))
-  assert any(w.startswith("parameter 'optimizer': it holds a legacy "
-                          'optimizer the upgrade keeps') for w in whys), whys
-  lines = new.splitlines()
-  above = lines[lines.index('def train_step(optimizer, batch, '
-                            'learning_rate_fn):') - 1]
-  assert above.startswith(TODO + ": parameter 'optimizer': it holds a "
-                          'legacy optimizer the upgrade keeps'), above
-  # the locals of train(): the optimizer, and the model it optimizes
-  assert any(w.startswith("'optimizer': it holds a legacy optimizer the "
-                          'upgrade keeps') for w in whys), whys
-  assert any(w.startswith("'model': it holds an nn.Model the upgrade "
-                          'keeps') for w in whys), whys
-  for kept in ('optimizer_def = optim.Adam(learning_rate=learning_rate, '
-               'beta1=0.9)',
-               'optimizer = optimizer_def.create(model)',
-               'lr = learning_rate_fn(optimizer.state.step)',
-               'grad = jax.grad(loss_fn)(optimizer.target)',
-               'return optimizer.apply_gradient(grad, learning_rate=lr)',
-               'step_offset = int(optimizer.state.step)',
+  assert len(whys) == 1 and whys[0].startswith(
+      'module.init(...) with a pair target'), whys
+  for line in ('return legacy_model.Model(module, params)',
+               'optimizer = train_state.TrainState.create(apply_fn='
+               'legacy_model.apply_model, params=model, tx=optimizer_def)',
+               'lr = learning_rate_fn(optimizer.step)',
+               'grad = jax.grad(loss_fn)(optimizer.params)',
+               'return jnp.mean(model(batch) ** 2)',
+               'step_offset = int(optimizer.step)',
                'ema = model.params',
-               'return step_offset, optimizer.target, ema'):
-    assert kept in new, (kept, new)
-  for rewritten in ('TrainState', 'apply_gradients', 'optax',
-                    'optimizer.params', 'apply_fn', 'optimizer.step'):
-    assert rewritten not in new, (rewritten, new)
+               'return step_offset, optimizer.params, ema'):
+    assert line in new, (line, new)
+  for legacy in ('optim.', '.target', 'apply_gradient(', 'state.step'):
+    assert legacy not in new, (legacy, new)
   # the upgraded file upgrades to itself
   _, out2, _, _ = _upgrade_dir(tmp_path / 'again', {'train.py': new})
   assert (out2 / 'train.py').read_text() == new

@@ -269,3 +269,125 @@ def hashable(key):
       and key.ndim == 0):
     return np.asarray(key)[()]
   return key
+
+
+# --- an nn.Model that goes where the upgrade cannot name its module -------
+#
+# ``flaxlegacy upgrade`` makes a legacy ``nn.Model(M, params)`` its
+# parameters where every use of the model can be written ``M().apply`` (the
+# model stays where the program builds and calls it).  A model that goes
+# further -- kept on ``self``, handed to functions that only call it,
+# optimized, synced with ``replace`` -- becomes a ``Model``: the linen module
+# (a class, a ``functools.partial`` of one, or an instance) and its
+# parameters, a pytree whose leaves are the parameters, called the way the
+# legacy model was called.
+
+
+def _model_module_class(module):
+  import functools  # pylint: disable=g-import-not-at-top
+  cls = module
+  while isinstance(cls, functools.partial):
+    cls = cls.func
+  return cls if isinstance(cls, type) else type(cls)
+
+
+def _model_split(module, kwargs):
+  """(constructor keywords, ``__call__`` keywords) of a legacy call's
+  keywords: a linen class takes its hyper-parameters as fields (legacy took
+  them at every call, overriding its ``.partial`` keywords)."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  cls = _model_module_class(module)
+  fields = {f.name for f in dataclasses.fields(cls) if f.init} - {'parent'}
+  ctor = {k: v for k, v in kwargs.items() if k in fields}
+  call = {k: v for k, v in kwargs.items() if k not in fields}
+  return ctor, call
+
+
+def _model_instance(module, ctor):
+  if isinstance(module, type) or not hasattr(module, 'clone'):
+    return module(**ctor)  # a class or a functools.partial of one
+  return module.clone(**ctor) if ctor else module
+
+
+def _pytree_class(cls):
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.tree_util.register_pytree_node_class(cls)
+
+
+@_pytree_class
+class Model:
+  """A linen module with its parameters, used as legacy ``nn.Model`` was.
+
+  ``model(*inputs, **kwargs)`` applies the module (keywords that are fields
+  of its class go to its constructor, the rest to ``__call__``);
+  ``model.params``, ``model.module``, ``model.replace(params=...)`` as
+  legacy.  A pytree whose leaves are the parameters (the module is static),
+  so it passes through ``jax.jit`` / ``jax.grad`` / optax as the legacy
+  model did; an optimizer of it is a ``TrainState`` whose ``params`` is the
+  Model and whose ``apply_fn`` is ``apply_model``.
+  """
+
+  def __init__(self, module, params):
+    self.module = module
+    self.params = params
+
+  def __call__(self, *args, **kwargs):
+    ctor, call = _model_split(self.module, kwargs)
+    return _model_instance(self.module, ctor).apply({'params': self.params}, *args,
+                                              **call)
+
+  def __getattr__(self, name):
+    # model.encode(x): a method of the module (a legacy module_method),
+    # applied with the parameters
+    if name.startswith('__') or name in ('module', 'params'):
+      raise AttributeError(name)
+    method = getattr(_model_module_class(self.module), name, None)
+    if not callable(method):
+      raise AttributeError(f'Model has no attribute {name!r} (and its '
+                           f'module class no method {name!r})')
+
+    def apply_method(*args, **kwargs):
+      ctor, call = _model_split(self.module, kwargs)
+      return _model_instance(self.module, ctor).apply(
+          {'params': self.params}, *args, method=name, **call)
+    return apply_method
+
+  def replace(self, **updates):
+    unknown = set(updates) - {'module', 'params'}
+    if unknown:
+      raise TypeError(f'Model.replace: no field(s) {sorted(unknown)}')
+    return Model(updates.get('module', self.module),
+                 updates.get('params', self.params))
+
+  def __contains__(self, key):
+    # TrainState asks whether a gradient holds the overwrite-with-gradient
+    # collection; a model's gradient is a Model, which holds none
+    del key
+    return False
+
+  def __repr__(self):
+    return f'Model(module={self.module!r}, params=...)'
+
+  def tree_flatten(self):
+    return (self.params,), self.module
+
+  @classmethod
+  def tree_unflatten(cls, module, children):
+    return cls(module, children[0])
+
+
+def apply_model(variables, /, *args, **kwargs):
+  """``TrainState.apply_fn`` of a TrainState whose params are a ``Model``:
+  ``state.apply_fn({'params': state.params}, x)`` calls the model."""
+  return variables['params'](*args, **kwargs)
+
+
+def init_module(module, rng, /, *args, **kwargs):
+  """Legacy ``module.init(rng, *inputs, **kwargs)`` of a linen module class
+  (or ``functools.partial`` of one) known only at run time: ``(outputs,
+  params)``, the keywords split between fields and ``__call__`` by the
+  class's fields."""
+  ctor, call = _model_split(module, kwargs)
+  outputs, variables = _model_instance(module, ctor).init_with_output(
+      rng, *args, **call)
+  return outputs, variables.get('params', {})

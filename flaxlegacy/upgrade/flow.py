@@ -117,6 +117,7 @@ EXT_INSTANCES = {
 }
 # kinds of values a legacy object rewrite cares about
 MODULE_KINDS = ('class', 'layer')
+TRAIN_STATE = 'train_state.TrainState'  # (flax.training.)
 
 
 def _params(fn):
@@ -445,6 +446,10 @@ class Flow:
     # (resolved each fixpoint round), and the reverse
     self._bases = {}
     self._subs = {}
+    # model sites that are an earlier upgrade's legacy_model.Model (a model
+    # that carries its module), and what each optimizer site optimizes
+    self.carried_sites = set()
+    self.optimizer_targets = {}
 
   # -- building --
   def add_file(self, rel, module, file_facts):
@@ -873,6 +878,17 @@ class Flow:
               out.add(('boundmethod', d.rel, d.qual))
           if not ds and not slots:
             out.add(UNKNOWN)
+        elif v[0] == 'optimizer' and expr.attr.value in ('target', 'params'):
+          # optimizer.target (a TrainState's .params): what its create(...)
+          # was given
+          site = self.optimizer_sites.get(v[1])
+          target = self.optimizer_targets.get(v[1])
+          if site is not None and site[2].args:
+            out |= self.expr_values(site[0], site[1], site[2].args[0].value)
+          elif target is not None:
+            out |= self.expr_values(*target)
+          else:
+            out.add(UNKNOWN)
         elif v[0] == 'ext':
           out.add(('ext', f'{v[1]}.{expr.attr.value}'))
         elif v[0] in ('class', 'layer') and expr.attr.value in (
@@ -962,7 +978,19 @@ class Flow:
             call.args):
       site = ('m', rel, id(call))  # the model's module values
       self._add(site, self.expr_values(rel, qual, call.args[0].value))
+      if _carried_model(f, f_facts):
+        self.carried_sites.add(site)
       return {('model', site)}
+    if f_facts is not None and isinstance(f, cst.Attribute) and (
+        f.attr.value == 'create') and f_facts.imports.get(
+            facts_lib.dotted(f.value) or '', facts_lib.dotted(f.value)) in (
+                TRAIN_STATE, 'flax.training.' + TRAIN_STATE):
+      # an earlier upgrade's TrainState: an optimizer of its params=
+      target = _argument(call, None, 'params')
+      site = ('o', rel, id(call))
+      if target is not None:
+        self.optimizer_targets[site] = (rel, qual, target)
+      return {('optimizer', site)}
     if self._is_optim(rel, qual, call):
       return {('optdef', facts_lib.dotted(call.func).split('.')[-1])}
     if isinstance(f, cst.Attribute) and f.attr.value in OPTIMIZER_METHODS:
@@ -981,6 +1009,12 @@ class Flow:
         if f.attr.value == 'optimize':
           return {('tuple*', o) for o in opts} | rest
         return opts | rest
+    if isinstance(f, cst.Attribute) and f.attr.value == 'replace':
+      # model.replace(params=...): a model of the same module
+      base = self.expr_values(rel, qual, f.value)
+      models = {v for v in base if v[0] == 'model'}
+      if models:
+        return models | ({UNKNOWN} if len(models) != len(base) else set())
     if facts_lib.dotted(f) == 'functools.partial' and call.args:
       out = self._partial(rel, qual, call.args[0].value, call.args[1:])
       if _partial_of_function(call):
@@ -1125,6 +1159,12 @@ class Flow:
   def _call(self, rel, qual, call):
     f = call.func
     changed = False
+    f_facts = self._module_files.get(rel)
+    if f_facts is not None and call.args and (facts_lib.legacy_attr(
+        f, f_facts.nn_prefixes) == 'Model' or _kept_model(f, f_facts)):
+      # every nn.Model(M, ...) has its module values, wherever it stands
+      # (an argument of create(...) is not evaluated otherwise)
+      self._call_values(rel, qual, call)  # (_add marks the change)
     targets = []  # (def, arguments to skip, positional allowed)
     method = None
     base = f
@@ -1543,6 +1583,7 @@ class Flow:
     return frozenset(out or {UNKNOWN})
 
   def attr_values(self, rel, cls, attr):
+    rel, cls = self._attr_owner(rel, cls)
     return frozenset(self.values.get(('a', rel, cls, attr), set())
                      or {UNKNOWN})
 
@@ -1677,6 +1718,12 @@ def usable(values, attr=None, flow=None):
   return out
 
 
+def _is_property(fn):
+  return any(facts_lib.dotted(d.decorator) in ('property',
+                                               'functools.cached_property')
+             for d in fn.decorators)
+
+
 def _partial_of_function(call):
   """``functools.partial(f, k=v, ...)`` binding keywords only (a call of
   the partial passes f's positional arguments as they are)."""
@@ -1709,7 +1756,19 @@ def _kept_model(func, file_facts):
   if not (isinstance(func, cst.Attribute) and func.attr.value == 'Model'):
     return False
   base = facts_lib.dotted(func.value)
-  return base == 'flax.linen' or file_facts.imports.get(base) == 'flax.linen'
+  return base == 'flax.linen' or file_facts.imports.get(
+      base) == 'flax.linen' or _carried_model(func, file_facts)
+
+
+def _carried_model(func, file_facts):
+  """``legacy_model.Model``: the model an earlier upgrade made carry its
+  module (the helper copied into the tree, or flaxlegacy's own)."""
+  if not (isinstance(func, cst.Attribute) and func.attr.value == 'Model'):
+    return False
+  base = facts_lib.dotted(func.value) or ''
+  full = file_facts.imports.get(base, base)
+  return full.split('.')[-1] == 'legacy_helpers' or full in (
+      'flaxlegacy.migrate.upgraded',)
 
 
 def _observed_value(v):

@@ -1279,11 +1279,48 @@ def module_level_partial_leave(up, original_node, updated_node):
     inner = resolver.used_as(f.value, 'partial')
     if inner is not None and inner.kind in ('layer', 'class', 'partial'):
       return partial_call(up, original_node, updated_node, inner)
+    if inner is None:
+      new = _classes_partial(up, original_node, updated_node)
+      if new is not updated_node:
+        return new
     why = resolver.why_not.get(up.ctx.code_of(f.value))
     if why:  # what the facts say it holds (the TODO says it)
       up.partial_why = getattr(up, 'partial_why', {})
       up.partial_why[id(original_node)] = why
   return updated_node
+
+
+def _classes_partial(up, original, updated):
+  """``X.partial(k=v)`` where X holds legacy module classes of different
+  parameters (an agent's ``network`` argument, its subclasses passing
+  their own ``.partial`` of another class): ``functools.partial(X, k=v)``
+  when every keyword is a field of every class X can hold (the values
+  flow.py names; an unknown one is a class the codebase is configured
+  with)."""
+  vals = up.flow_values(original.func.value) if hasattr(
+      up, 'flow_values') else None
+  if not vals:
+    return updated
+  kinds = {v[0] for v in vals}
+  if 'class' not in kinds or not kinds <= {'class', 'unknown'}:
+    return updated
+  args = list(updated.args)
+  if any(a.keyword is None for a in args):
+    return updated  # positional or ** arguments: the TODO stays
+  for v in vals:
+    if v[0] != 'class':
+      continue
+    f = up.ctx.codebase.files.get(v[1])
+    info = f.modules.get(v[2]) if f is not None else None
+    if info is None or info.problems or info.var_kw:
+      return updated
+    if any(a.keyword.value not in info.fields + ['name'] for a in args):
+      return updated
+  up.ctx.needed_imports.add('functools')
+  up.rewrote(original, 'partial', '.partial of module classes known by '
+             'their values -> functools.partial')
+  return cst.Call(func=_expr('functools.partial'),
+                  args=_clean_args([_arg(updated.func.value)] + args))
 
 
 def _field_annotation(default_src):

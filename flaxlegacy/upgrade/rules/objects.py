@@ -24,15 +24,61 @@ facts, what the program rules need to decide that:
   there the call keeps ``nn.Model`` with a TODO, and so does each use;
   ``holds_models`` / ``model_apply_class`` -- what the program rules need
   to rewrite the uses of an attribute or parameter that agrees.
+* ``model_carried`` -- whether that model becomes a ``Model`` that carries
+  its module (``legacy_model.Model(M, params)``, flaxlegacy/migrate/
+  upgraded.py): where it reaches a place that cannot take its parameters alone, or M holds classes of
+  different parameters.  Every use of a carried model stays as it is (it is called,
+  ``.params``, ``.replace(...)`` as legacy), and an optimizer of one is a
+  TrainState over it; a name that holds a carried model in some runs and
+  parameters in others is a TODO.
 """
+
+import os
 
 import libcst as cst
 
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade.rules import aliases
 from flaxlegacy.upgrade.rules import model_uses
 
 # parameters the program rules take for models by their name (programs.py)
 MODEL_PARAM_NAMES = ('model',)
+
+
+def codebase_model_class(codebase, path=None):
+  """The one module class the program's models are built of, or None.
+
+  With ``path`` (the file being upgraded), the programs of its own
+  directory decide first: a tree of several example programs (one model
+  class each) upgraded in one run.  (The program rules call a model
+  parameter named ``model`` as this class.)
+  """
+  cache = getattr(codebase, 'model_class_cache', None)
+  if cache is None:
+    cache = codebase.model_class_cache = {}
+  key = os.path.dirname(path) if path is not None else None
+  if key in cache:
+    return cache[key]
+
+  def model_classes(files):
+    names = set()
+    for f in files:
+      names |= {n for n in getattr(f, 'model_classes', ()) if n}
+    return {n for n in names if n in codebase.modules}
+
+  found = None
+  if path is not None:
+    names = model_classes(f for rel, f in codebase.files.items()
+                          if os.path.dirname(rel) == key)
+    if len(names) == 1:
+      found = names.pop()
+  if found is None:
+    names = model_classes(codebase.files.values())
+    if not names and len(codebase.modules) == 1:
+      names = set(codebase.modules)  # the only module there is
+    found = names.pop() if len(names) == 1 else None
+  cache[key] = found
+  return found
 
 
 def _flow(codebase):
@@ -59,24 +105,36 @@ def module_info(codebase, rel, qual, expr, use='partial'):
   return choice[1][0]
 
 
-def _kind(v):
+def _kind(v, codebase=None):
   if v[0] == 'optimizer':
     return 'optimizer'
   if v[0] == 'model':
+    if codebase is not None and v[1][0] == 'm' and model_carried(codebase,
+                                                                 v[1]):
+      return CARRIED
     return 'model'
   return None
 
 
-def kind_of_values(vals):
+# the kind of a model that carries its module (model_carried)
+CARRIED = 'carried'
+
+
+def kind_of_values(vals, codebase=None):
   """(kind or None, conflict why or None, whether some values are
-  unknown) for a set of values.  None (a default) agrees with any kind."""
+  unknown) for a set of values.  None (a default) agrees with any kind.
+  With ``codebase``, models that carry their module are kind CARRIED."""
   if not vals:
     return None, None, True
   unknown = flow_lib.UNKNOWN in vals
-  kinds = {_kind(v) for v in vals}
+  kinds = {_kind(v, codebase) for v in vals}
   legacy = kinds - {None}
   if not legacy:
     return None, None, unknown
+  if legacy == {'model', CARRIED}:
+    return (None, 'it holds a model that carries its module '
+            '(legacy_model.Model) in some runs and bare parameters in '
+            'others', unknown)
   if len(legacy) > 1:
     return (None, 'it holds an optimizer in some runs and a model in others',
             unknown)
@@ -103,7 +161,7 @@ def param_kind(codebase, rel, qual, name, model_class=None):
   if kept:
     return (None, f'it holds a legacy optimizer the upgrade keeps '
             f'({kept[0]})', False)
-  return kind_of_values(vals)
+  return kind_of_values(vals, codebase)
 
 
 def attr_kind(codebase, rel, qual, expr, model_class=None):
@@ -116,11 +174,12 @@ def attr_kind(codebase, rel, qual, expr, model_class=None):
     return (None, f'it holds a legacy optimizer the upgrade keeps '
             f'({kept[0]})', False)
   for v in vals:
-    if v[0] == 'model' and v[1][0] == 'm':
+    if (v[0] == 'model' and v[1][0] == 'm'
+        and not model_carried(codebase, v[1], model_class)):
       why = model_kept(codebase, v[1], model_class)
       if why:
         return None, f'it holds an nn.Model the upgrade keeps ({why})', False
-  return kind_of_values(vals)
+  return kind_of_values(vals, codebase)
 
 
 def holds_models(codebase, rel, qual, expr, model_class=None):
@@ -134,7 +193,8 @@ def holds_models(codebase, rel, qual, expr, model_class=None):
       continue
     if v[0] != 'model' or v[1][0] != 'm':
       return False
-    if model_kept(codebase, v[1], model_class):
+    if model_kept(codebase, v[1], model_class) or model_carried(
+        codebase, v[1], model_class):
       return False
   return True
 
@@ -165,37 +225,96 @@ def model_module_classes(codebase, model_value):
       frozenset())
 
 
+def model_carried(codebase, site, model_class=None):
+  """Whether the model of the ``nn.Model(M, params)`` call at ``site``
+  (``('m', rel, id(call))``) carries its module: it reaches a place where
+  its module cannot be named (``model_reach``), or M holds module classes
+  of different parameters.  Never for a legacy layer (linen's has other
+  fields), nor for an M nothing is known of that stays where it is made.
+  One answer for every file (the facts only), so the call and each use
+  agree."""
+  flow = _flow(codebase)
+  if flow is None or site[0] != 'm':
+    return False
+  del model_class  # one answer whichever file asks
+  cache = getattr(flow, 'carried_cache', None)
+  if cache is None:
+    cache = flow.carried_cache = {}
+  if site not in cache and site in getattr(flow, 'carried_sites', ()):
+    cache[site] = True  # an earlier upgrade's legacy_model.Model
+  if site not in cache:
+    vals = flow.values.get(site, set())
+    if any(v[0] == 'layer' for v in vals):
+      # a legacy layer: linen's has other fields (and needs some legacy
+      # inferred): the program rules keep it, with a TODO
+      cache[site] = False
+    elif _site_reach(codebase, site):
+      cache[site] = True
+    else:
+      # module classes of different parameters: carried; nothing known
+      # about M (a loop over layers, a value from outside): the program
+      # rules' TODO
+      cache[site] = any(v[0] == 'class' for v in vals) and not (
+          _module_named(codebase, flow, site))
+  return cache[site]
+
+
+def _module_named(codebase, flow, site):
+  """Whether the module of the model at ``site`` is one class the rules
+  can name: what every value is (flow.py), or else the class the source
+  names there (``nn.Model(models.CNN, p)``, a local bound to
+  ``CNN.partial(...)``, as the program rules read it)."""
+  choice, _ = flow_lib.module_choice(codebase, flow.values.get(site, set()))
+  if choice is not None and choice[0] == 'class':
+    return True
+  if any(v[0] == 'class' for v in flow.values.get(site, ())):
+    return False  # several classes, of different parameters
+  f = codebase.files.get(site[1])
+  name = getattr(f, 'model_site_names', {}).get(site[2])
+  return aliases.is_module_name(codebase, name)
+
+
+def carried(codebase, rel, qual, expr):
+  """(whether ``expr`` holds a model that carries its module, why not
+  every value agrees or None)."""
+  vals = values(codebase, rel, qual, expr) or ()
+  kind, why, _ = kind_of_values(vals, codebase)
+  return kind == CARRIED, why
+
+
 def model_reach(codebase, rel, call, model_class=None):
   """Where the model of ``nn.Model(...)`` call ``call`` (in ``rel``) goes
   that the program rules cannot follow: a list of descriptions."""
   return _site_reach(codebase, ('m', rel, id(call)), model_class)
 
 
-def _site_reach(codebase, site, model_class):
+def _site_reach(codebase, site, model_class=None):
+  """(``model_class`` is not used: a parameter named ``model`` is called
+  as the model class of its own file, whichever file asks.)"""
+  del model_class
   flow = _flow(codebase)
   if flow is None:
     return []
   cache = getattr(flow, 'reach_cache', None)
   if cache is None:
     cache = flow.reach_cache = {}
-  key = (site, model_class)
-  if key not in cache:
-    cache[key] = _reach(codebase, flow, site, model_class)
-  return cache[key]
+  if site not in cache:
+    cache[site] = _reach(codebase, flow, site)
+  return cache[site]
 
 
-def _reach(codebase, flow, site, model_class):
+def _reach(codebase, flow, site):
   value = ('model', site)
   # the places it reaches, each read for what the code does with it there
   # (rules/model_uses.py): every one agrees, or every model sharing a place
   # with it stays too
   u = model_uses.uses(codebase)
   if u is None or value not in u.kept:
-    return _reach_by_kind(codebase, flow, site, model_class)
+    return _reach_by_kind(codebase, flow, site)
   return u.kept[value]
 
 
-def _reach_by_kind(codebase, flow, site, model_class):
+def _reach_by_kind(codebase, flow, site):
   """The places a model reaches that the program rules do not follow by
   their kind alone (attributes, tables, returns, parameters not called
   ``model`` of the codebase's one model class)."""
@@ -222,6 +341,7 @@ def _reach_by_kind(codebase, flow, site, model_class):
       # codebase's one model class, with its fields' defaults: right only
       # for a model of that class built without .partial keywords
       built = flow.values.get(site, set())
+      model_class = codebase_model_class(codebase, slot[1])
       if not (slot[3] in MODEL_PARAM_NAMES and model_class is not None
               and built and all(v[0] == 'class' and v[2] == model_class
                                 and not v[3] for v in built)):
@@ -236,13 +356,9 @@ def optimizer_kept(codebase, site, model_class=None):
   if flow is None or site not in flow.optimizer_sites:
     return None
   rel, qual, call = flow.optimizer_sites[site]
+  del rel, qual, model_class
   if not call.args:
     return 'create() without a target'
-  for v in flow.values_of(rel, qual, call.args[0].value):
-    if v[0] == 'model' and v[1][0] == 'm' and _site_reach(
-        codebase, v[1], model_class):
-      return ('it optimizes a model that goes where its module is not known '
-              '(kept as nn.Model)')
   return None
 
 
@@ -291,35 +407,38 @@ def name_kept(codebase, rel, qual, name, model_class=None):
   if kept:
     return f'it holds a legacy optimizer the upgrade keeps ({kept[0]})'
   for v in vals:
-    if v[0] == 'model' and v[1][0] == 'm':
+    if (v[0] == 'model' and v[1][0] == 'm'
+        and not model_carried(codebase, v[1], model_class)):
       why = model_kept(codebase, v[1], model_class)
       if why:
         return f'it holds an nn.Model the upgrade keeps ({why})'
+  _, why, _ = kind_of_values(vals, codebase)
+  if why and 'carries its module' in why:
+    return why
   return None
 
 
 def model_kept(codebase, site, model_class=None):
   """Why the model of the ``nn.Model(M, params)`` call at ``site`` stays
-  an nn.Model (the program rules keep the call), or None."""
-  # Only where it reaches such a place: the program rules keep the call
-  # then, whatever its module (a module they cannot name where the model
-  # is made is their decision there, taken on more than these facts).  One
-  # text: the places are listed where the model is made, and a TODO must
-  # read the same when the upgrade runs again.
-  if _site_reach(codebase, site, model_class):
+  an nn.Model (the program rules keep the call), or None: it reaches a
+  place that cannot take its parameters alone and does not carry its
+  module (``model_carried``: a legacy layer)."""
+  # One text: the places are listed where the model is made, and a TODO
+  # must read the same when the upgrade runs again.
+  if _site_reach(codebase, site, model_class) and not model_carried(
+      codebase, site, model_class):
     return 'it goes where its module is not known'
   return None
 
 
-def kept_models(codebase, rel, qual, expr, model_class=None):
-  """The places that keep the models ``expr`` can hold as nn.Model (a
-  list; empty when every one is rewritten)."""
-  vals = values(codebase, rel, qual, expr) or ()
-  out = []
-  for v in vals:
-    if v[0] == 'model' and v[1][0] == 'm':
-      out += _site_reach(codebase, v[1], model_class)
-  return out
+def name_carried(codebase, rel, qual, name):
+  """Whether the variable ``name`` holds models that carry their module
+  (its uses stay as they are)."""
+  flow = _flow(codebase)
+  if flow is None:
+    return False
+  kind, _, _ = kind_of_values(flow.name_values(rel, qual, name), codebase)
+  return kind == CARRIED
 
 
 def optdef_names(codebase, rel, qual, expr):

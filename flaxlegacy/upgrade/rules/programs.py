@@ -117,6 +117,10 @@ USER_OPTDEF = optimizer_defs.KEEP
 TX_RULES = frozenset(OPTAX) | frozenset(LEGACY_OPTAX) | {'MultiOptimizer'}
 model_uses.REWRITTEN_OPTIMIZERS = TX_RULES
 OPT_PARAM_NAMES = ('optimizer', 'opt', 'new_optimizer')
+# a model that carries its module (objects.model_carried): the helper it
+# becomes, imported under this name
+MODEL_HELPER_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_model'
+
 MODEL_PARAM_NAMES = ('model',)
 # typing constructs whose subscripts are types (a type alias outside an
 # annotation: ``F = Callable[[nn.Model], Any]``)
@@ -164,6 +168,7 @@ class _Scan(walk.FastVisitor):
     self.grad_fns = {}  # name -> loss function it differentiates
     f.optdef_functions = set()
     f.model_builders = {}  # function -> (params, module expr src, index)
+    f.model_site_names = {}  # id(nn.Model call) -> the class it names
     f.per_step_lr = False
     f.optim_locals = {l for l, full in f.imports.items()
                       if full in ('flax.optim',)}
@@ -313,6 +318,10 @@ class _Scan(walk.FastVisitor):
       if (facts_lib.legacy_attr(fn, self.f.nn_prefixes) == 'Model'
           and node.args):
         self.f.model_classes.add(_class_name(node.args[0].value))
+        # the class the source names for its module (a local bound to a
+        # partial: its class), for objects.model_carried
+        name = _class_name(node.args[0].value)
+        self.f.model_site_names[id(node)] = self.partial_vars.get(name, name)
     # grad_fn = jax.value_and_grad(f, ...) ... grad_fn(x.target)
     if (isinstance(fn, cst.Name) and fn.value in self.grad_fns and node.args
         and isinstance(node.args[0].value, cst.Attribute)
@@ -395,28 +404,9 @@ def relevant(file_facts, codebase=None, path=None):
 
 
 def _codebase_model_class(codebase, path=None):
-  """The one module class the program's models are built of, or None.
-
-  With ``path`` (the file being upgraded), the programs of its own
-  directory decide first: a tree of several example programs (one model
-  class each) upgraded in one run.
-  """
-  def model_classes(files):
-    names = set()
-    for f in files:
-      names |= {n for n in getattr(f, 'model_classes', ()) if n}
-    return {n for n in names if n in codebase.modules}
-
-  if path is not None:
-    here = os.path.dirname(path)
-    names = model_classes(f for rel, f in codebase.files.items()
-                          if os.path.dirname(rel) == here)
-    if len(names) == 1:
-      return names.pop()
-  names = model_classes(codebase.files.values())
-  if not names and len(codebase.modules) == 1:
-    names = set(codebase.modules)  # the only module there is
-  return names.pop() if len(names) == 1 else None
+  """The one module class the program's models are built of, or None
+  (objects.codebase_model_class)."""
+  return objects.codebase_model_class(codebase, path)
 
 
 def _rel_of(codebase, file_facts):
@@ -444,6 +434,9 @@ class Scope:
     self.modvars = set()  # names bound to X.partial(...) of a legacy module
     self.traversals = {}  # names bound to optim.ModelParamTraversal(f)
     self.user_defs = {}  # names bound to a user OptimizerDef instance
+    # names bound to a TrainState made of a target not known to be a
+    # parameter tree (apply_fn not known either)
+    self.bare_states = {}
 
   def kind(self, name):
     s = self
@@ -526,6 +519,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     self.module = None  # the file's module (run sets it)
     self._in_type = 0  # inside a type annotation / typing subscript
     self._type_subscripts = set()
+    self._bare_creates = set()  # ids of create(...) calls of unknown targets
 
   # -- helpers --
   def _traversal_objects(self):
@@ -632,6 +626,24 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                   'stays legacy: port by hand')
     return self._kept_names[key]
 
+  def _carried_name(self, name):
+    """Whether ``name`` holds models that carry their module."""
+    key = ('carried', self._qual(), name)
+    if key not in self._kept_names:
+      self._kept_names[key] = objects.name_carried(
+          self.codebase, self.f.path, self._qual(), name)
+    return self._kept_names[key]
+
+  def _module_classes_only(self, expr):
+    """Whether every value ``expr`` holds is a user legacy module class
+    (with any ``.partial`` keywords; some may be unknown: a class the
+    codebase is configured with)."""
+    vals = objects.values(self.codebase, self.f.path, self._qual(), expr)
+    if not vals:
+      return False
+    kinds = {v[0] for v in vals}
+    return 'class' in kinds and kinds <= {'class', 'unknown'}
+
   def _flagged(self, name):
     """Whether ``name`` is a parameter that already carries a TODO (its
     kind set to None where its function is defined)."""
@@ -646,6 +658,8 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if isinstance(expr, cst.Name):
       if self._kept_name(expr):
         return None
+      if self._carried_name(expr.value):
+        return None  # a legacy_model.Model: called as it is
       k = self.scope.kind(expr.value)
       if k is None and not self.scope.has(expr.value) and (
           objects.holds_models(self.codebase, self.f.path, self._qual(),
@@ -870,6 +884,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       if kind == 'optimizer' and (not unknown or n in OPT_PARAM_NAMES):
         self.scope.kinds[n] = OPT
         continue
+      if kind == objects.CARRIED:
+        # a legacy_model.Model: its calls stay as they are
+        self.scope.kinds[n] = None
+        continue
       if kind == 'optimizer':
         # an optimizer from the codebase's calls, something unknown from
         # others: neither rewritten as a TrainState nor left silently
@@ -1029,6 +1047,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     self.scope.kinds[target.value] = MODEL
     self.scope.apply_of[target.value] = self.module_ctor(_e(expr)) + '.apply'
 
+  def leave_Assign(self, original_node, updated_node):
+    # x = opt_def.create(target) of a target not known to be parameters
+    if id(original_node.value) in self._bare_creates and len(
+        original_node.targets) == 1 and isinstance(
+            original_node.targets[0].target, cst.Name):
+      self.scope.bare_states[original_node.targets[0].target.value] = True
+    return updated_node
+
   def leave_SimpleStatementLine(self, original_node, updated_node):
     if len(updated_node.body) != 1:
       return updated_node
@@ -1070,7 +1096,21 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         and facts_lib.legacy_attr(ov.func.value, self.f.nn_prefixes) is None:
       # ``_, params = X.init(rng, ...)``: the pair is legacy's life cycle;
       # X is not known to hold one legacy module class (a functools.partial
-      # built elsewhere, a class from outside): left, never silently
+      # built elsewhere, a class from outside)
+      if attr == 'init' and self._module_classes_only(ov.func.value) and (
+          not any(a.star for a in ov.args)) and ov.args[0].keyword is None:
+        # every value it holds is a legacy module class, of different
+        # fields: split the keywords by the class's fields at run time
+        self.imports.add(MODEL_HELPER_IMPORT)
+        args = ', '.join(self._argsrc(a) for a in stmt.value.args) if (
+            isinstance(stmt.value, cst.Call) and len(stmt.value.args) == len(
+                ov.args)) else ', '.join(self._argsrc(a) for a in ov.args)
+        x = self.ctx.code_of(ov.func.value)
+        self.note(line, 'X.init(rng, ...) of module classes known at run '
+                  'time -> legacy_model.init_module')
+        return [_s(f'{self.ctx.code_of(t)} = legacy_model.init_module({x}, '
+                   f'{args})\n')]
+      # otherwise left, never silently
       self.todo(ov, f'{self.ctx.code_of(ov.func)}(...) with a pair target: '
                 'legacy module life cycle on a value not known here to hold '
                 'one legacy module class; port by hand to '
@@ -1507,9 +1547,11 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                             tx=self.ctx.code_of(f.value)) or updated_node
     # make_optimizer_def(...).create(model): a definition from a function
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and len(
-        original_node.args) == 1 and self.kind_of(
-            original_node.args[0].value) == MODEL and isinstance(
-                f.value, cst.Call) and _returns_optax(self, f.value):
+        original_node.args) == 1 and (self.kind_of(
+            original_node.args[0].value) == MODEL or objects.carried(
+                self.codebase, self.f.path, self._qual(),
+                original_node.args[0].value)[0]) and isinstance(
+                    f.value, cst.Call) and _returns_optax(self, f.value):
       return self._create(original_node, None, 'Optimizer', tx=self.ctx.code_of(
           updated_node.func.value)) or updated_node
     # optim.X(...) alone: the optax transformation
@@ -1547,6 +1589,14 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
                                       original_node)
         if apply is None:
           return updated_node
+        if isinstance(f.value, cst.Name) and self.scope.lookup(
+            'bare_states', f.value.value):
+          # created here with apply_fn=None: its target is not known to be
+          # a model's parameter tree (sam's test optimizes a bare array)
+          self.todo(original_node, 'apply_gradients: this optimizer was '
+                    'created on a target not known to be a parameter tree; '
+                    'TrainState.apply_gradients refuses a bare array (it '
+                    'tests `in` on it): wrap the target in a dict')
         self.note(original_node, 'apply_gradient -> apply_gradients')
         return _e(apply)
       if f.attr.value in ('replicate', 'unreplicate') and not (
@@ -1600,16 +1650,19 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         isinstance(f, cst.Attribute) and f.attr.value == 'assertIsInstance'):
       if len(original_node.args) == 2 and self.is_nn(
           original_node.args[1].value, 'Model'):
-        kept = objects.kept_models(self.codebase, self.f.path, self._qual(),
-                                   original_node.args[0].value,
-                                   self.model_class)
-        if kept:
-          self.todo(original_node, 'isinstance(..., nn.Model): the model '
-                    'tested here stays an nn.Model (it goes where its module '
-                    'is not known): port by hand')
+        is_carried, why = objects.carried(
+            self.codebase, self.f.path, self._qual(),
+            original_node.args[0].value)
+        if why:
+          self.todo(original_node, f'isinstance(..., nn.Model): {why}; '
+                    'port by hand')
           return updated_node
         args = list(updated_node.args)
-        args[1] = args[1].with_changes(value=cst.Name('dict'))
+        if is_carried:
+          self.imports.add(MODEL_HELPER_IMPORT)
+          args[1] = args[1].with_changes(value=_e('legacy_model.Model'))
+        else:
+          args[1] = args[1].with_changes(value=cst.Name('dict'))
         return updated_node.with_changes(args=args)
     # nn.Model(M, params)(x): called where it is made
     inner = original_node.func
@@ -1618,6 +1671,21 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return self._inline_model_call(original_node, updated_node)
     # nn.Model(M, params) -> params
     if self.is_nn(f, 'Model') and len(original_node.args) == 2:
+      if objects.model_carried(self.codebase,
+                               ('m', self.f.path, id(original_node)),
+                               self.model_class):
+        # the model goes where its calls could not become M().apply, or
+        # its module is known only at run time: it carries its module,
+        # and every use stays as it is (objects.model_carried)
+        if any(a.keyword is not None or a.star
+               for a in original_node.args):
+          self.todo(original_node, 'nn.Model(...) with keywords: port by '
+                    'hand to legacy_model.Model(module, params)')
+          return updated_node
+        self.imports.add(MODEL_HELPER_IMPORT)
+        self.note(original_node, 'nn.Model(M, params) -> legacy_model.Model '
+                  '(it carries its module)')
+        return updated_node.with_changes(func=_e('legacy_model.Model'))
       reach = objects.model_reach(self.codebase, self.f.path, original_node,
                                   self.model_class)
       if reach and self._known_module(original_node.args[0].value):
@@ -1694,10 +1762,20 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if tx is None:
       return None
     apply = None
-    if isinstance(target, cst.Name):
+    is_carried, why = objects.carried(self.codebase, self.f.path,
+                                      self._qual(), target)
+    if why:
+      self.todo(node, f'optimizer target: {why}; port by hand')
+      return None
+    if is_carried:
+      # its params are the Model; apply_fn calls it
+      self.imports.add(MODEL_HELPER_IMPORT)
+      apply = 'legacy_model.apply_model'
+    elif isinstance(target, cst.Name):
       apply = self.apply_fn_for(target.value)
     if apply is None:
       apply = 'None'
+      self._bare_creates.add(id(node))
       self.todo(node, 'TrainState.apply_fn: the module of this model is not '
                 'known here; apply it with module.apply (and if the target '
                 'is a bare array, not a dict of parameters, '
