@@ -204,7 +204,7 @@ def resolve(qualified, from_import=False):
 # --- the AST walk ----------------------------------------------------------
 
 
-def _dotted(node):
+def dotted_name(node):
   """'a.b.c' for a Name/Attribute chain, else None."""
   parts = []
   while isinstance(node, ast.Attribute):
@@ -255,7 +255,7 @@ class _Scanner(ast.NodeVisitor):
       self._add(node, qualified, from_import=True)
 
   def visit_Attribute(self, node):  # pylint: disable=invalid-name
-    dotted = _dotted(node)
+    dotted = dotted_name(node)
     if dotted is not None:
       root, _, rest = dotted.partition('.')
       if root in self.bindings and (
@@ -265,7 +265,7 @@ class _Scanner(ast.NodeVisitor):
     self.generic_visit(node)
 
   def visit_Call(self, node):  # pylint: disable=invalid-name
-    func = _dotted(node.func)
+    func = dotted_name(node.func)
     qualified = None
     if func is not None:
       root, _, rest = func.partition('.')
@@ -290,7 +290,7 @@ class _Scanner(ast.NodeVisitor):
     self.generic_visit(node)
 
   def _resolves_to(self, node, names):
-    dotted = _dotted(node)
+    dotted = dotted_name(node)
     if dotted is None:
       return False
     root, _, rest = dotted.partition('.')

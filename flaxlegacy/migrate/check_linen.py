@@ -16,7 +16,7 @@ Only direct, visible forms are found (a layer class named through
 import ast
 
 from flaxlegacy import _names
-from flaxlegacy.migrate.check import _dotted  # pylint: disable=g-importing-member
+from flaxlegacy.migrate.check import dotted_name  # pylint: disable=g-importing-member
 
 # Cells of flax 0.3 whose hidden size came from the carry.
 FEATURELESS_CELLS = ('LSTMCell', 'GRUCell', 'OptimizedLSTMCell')
@@ -103,7 +103,7 @@ class _Scanner(ast.NodeVisitor):
 
   # -- names --
   def qualify(self, node):
-    dotted = _dotted(node)
+    dotted = dotted_name(node)
     if dotted is None:
       return None
     root, _, rest = dotted.partition('.')
@@ -194,7 +194,7 @@ class _Scanner(ast.NodeVisitor):
 
   # -- calls --
   def _partial_with_dtype(self, call):
-    q = self.qualify(call.func) or _dotted(call.func)
+    q = self.qualify(call.func) or dotted_name(call.func)
     return (q in ('functools.partial', 'partial') and
             any(k.arg == 'dtype' for k in call.keywords))
 

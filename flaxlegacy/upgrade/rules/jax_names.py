@@ -150,7 +150,11 @@ def removed_name_pattern(imports):
 
 def qualify(node, imports):
   """The fully qualified dotted name of ``node`` through the file's imports."""
-  name = dotted(node)
+  return qualify_name(dotted(node), imports)
+
+
+def qualify_name(name, imports):
+  """``qualify`` of a dotted name (``'np.float'``), or None."""
   if not name:
     return None
   head, _, rest = name.partition('.')

@@ -24,6 +24,8 @@ import ast
 import libcst as cst
 
 from flaxlegacy import _names
+from flaxlegacy.migrate.check import dotted_name as _dotted
+from flaxlegacy.upgrade.rules import jax_names
 from flaxlegacy.upgrade.rules.early_linen import _common
 
 GONE = tuple(m for m, today in _names.UPGRADE_MODULES.items() if not today)
@@ -45,17 +47,6 @@ def _has(module, name):
     return False
 
 
-def _dotted(node):
-  parts = []
-  while isinstance(node, ast.Attribute):
-    parts.append(node.attr)
-    node = node.value
-  if isinstance(node, ast.Name):
-    parts.append(node.id)
-    return '.'.join(reversed(parts))
-  return None
-
-
 def _names_used(tree, imports, removed):
   """The attributes a file reads from the module ``removed``, or None when
   it uses the module otherwise (as a value, ``from removed import X`` of a
@@ -73,14 +64,7 @@ def _names_used(tree, imports, removed):
         if a.name == removed and a.asname:
           aliases.add(a.asname)
   def qualified(node):
-    name = _dotted(node)
-    if not name:
-      return None
-    head, _, rest = name.partition('.')
-    full = imports.get(head)
-    if full is None:
-      return None
-    return full + ('.' + rest if rest else '')
+    return jax_names.qualify_name(_dotted(node), imports)
   for node in ast.walk(tree):
     if (isinstance(node, ast.Assign) and len(node.targets) == 1
         and isinstance(node.targets[0], ast.Name)
