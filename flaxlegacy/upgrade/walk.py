@@ -126,3 +126,15 @@ def _kind(t):
     raise TypeError(f'flaxlegacy upgrade: a libcst field holds a {t.__name__}')
   _KINDS[t] = kind
   return kind
+
+
+def target_names(t):
+  """The names an assignment or loop target binds (``a``, ``a, (b, *c)``)."""
+  import libcst as cst  # pylint: disable=g-import-not-at-top
+  if isinstance(t, cst.Name):
+    return [t.value]
+  if isinstance(t, (cst.Tuple, cst.List)):
+    return [n for e in t.elements for n in target_names(e.value)]
+  if isinstance(t, cst.StarredElement):
+    return target_names(t.value)
+  return []

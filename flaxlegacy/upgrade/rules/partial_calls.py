@@ -60,30 +60,20 @@ class _Scan(walk.FastVisitor):
       if isinstance(t.target, cst.Name):
         self.assigns.setdefault(t.target.value, []).append(node.value)
       else:
-        for n in _names(t.target):
+        for n in walk.target_names(t.target):
           self.assigns.setdefault(n, []).append(None)
 
   def visit_AugAssign(self, node):
-    for n in _names(node.target):
+    for n in walk.target_names(node.target):
       self.assigns.setdefault(n, []).append(None)
 
   def visit_For(self, node):
-    for n in _names(node.target):
+    for n in walk.target_names(node.target):
       self.assigns.setdefault(n, []).append(None)
 
   def visit_Call(self, node):
     if isinstance(node.func, cst.Name):
       self.calls.setdefault(node.func.value, []).append(node)
-
-
-def _names(t):
-  if isinstance(t, cst.Name):
-    return [t.value]
-  if isinstance(t, (cst.Tuple, cst.List)):
-    return [n for e in t.elements for n in _names(e.value)]
-  if isinstance(t, cst.StarredElement):
-    return _names(t.value)
-  return []
 
 
 def _legacy_form(call):

@@ -40,11 +40,11 @@ class _Scan(walk.FastVisitor):
         self.assigns.setdefault(t.target.value, []).append(
             (node.value, self.resolver(node.value)))
       else:
-        for n in _names(t.target):
+        for n in walk.target_names(t.target):
           self.assigns.setdefault(n, []).append((None, None))
 
   def visit_For(self, node):
-    for n in _names(node.target):
+    for n in walk.target_names(node.target):
       self.assigns.setdefault(n, []).append((None, None))
     self._unsafe += 1
 
@@ -83,16 +83,6 @@ class _Scan(walk.FastVisitor):
   def visit_Attribute(self, node):
     if isinstance(node.value, cst.Name):
       self.other.setdefault(node.value.value, []).append(node)
-
-
-def _names(t):
-  if isinstance(t, cst.Name):
-    return [t.value]
-  if isinstance(t, (cst.Tuple, cst.List)):
-    return [n for e in t.elements for n in _names(e.value)]
-  if isinstance(t, cst.StarredElement):
-    return _names(t.value)
-  return []
 
 
 def find(body, resolver, local_refs):
