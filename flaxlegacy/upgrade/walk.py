@@ -130,7 +130,6 @@ def _kind(t):
 
 def target_names(t):
   """The names an assignment or loop target binds (``a``, ``a, (b, *c)``)."""
-  import libcst as cst  # pylint: disable=g-import-not-at-top
   if isinstance(t, cst.Name):
     return [t.value]
   if isinstance(t, (cst.Tuple, cst.List)):
