@@ -23,8 +23,10 @@ bias=False, cache=cache)`` becomes::
   also refuses attention over other axes than linen's.
 * Decoding: legacy ``cache=`` (an ``nn.attention.Cache``) -> linen
   ``decode=<cache> is not None``; the cache is linen's ``'cache'``
-  collection.  The call keeps a TODO: the program-level cache life cycle
-  (``Cache().initialize_cache`` / ``cache.mutate()``) is not rewritten here.
+  collection.  The program-level life cycle (``Cache().mutate()`` at init,
+  ``initialize_cache``, ``cache.mutate()`` around a step) is
+  rules/attention_cache.py's; where the codebase builds no legacy Cache the
+  call keeps a TODO.
 * ``**kwargs`` (one dict, a plain variable: vision transformers splat
   their attention config): split when the call runs by
   ``_legacy_attention_kwargs``, written into the file (linen names for the
@@ -37,6 +39,7 @@ bias=False, cache=cache)`` becomes::
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.rules import attention_cache
 
 # legacy spellings (after the nn prefix) of the attention modules
 ATTENTION = {
@@ -236,7 +239,9 @@ def rewrite(up, original, updated, attr):
     auto = up._auto_name(original, TYPE_NAME, None)  # pylint: disable=protected-access
     if auto is not None:
       ctor.append(modules._arg(auto, 'name'))  # pylint: disable=protected-access
-  if cache is not None:
+  if cache is not None and not attention_cache.enabled(up.ctx.codebase):
+    # where the codebase builds the cache, rules/attention_cache.py ports
+    # its life cycle (or leaves the TODO at the program's lines)
     up.todo(original, DECODE_TODO)
   func = modules._expr(up._prefix() + '.MultiHeadDotProductAttention')  # pylint: disable=protected-access
   up.rewrote(original, 'attention', f'nn.{attr} -> linen '

@@ -33,6 +33,7 @@ from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import attention as attention_rule
+from flaxlegacy.upgrade.rules import attention_cache
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
@@ -618,13 +619,15 @@ class ApplyRewriter(transform.Upgrader):
     else:
       self.todo_all = None
     self.used_dynamic = False
+    self._cache_calls = set()  # ids of cache.store / cache.retrieve funcs
 
   # -- names that are not loads --
   def visit_Attribute(self, node):
     super().visit_Attribute(node)
     self._skip_names.add(id(node.attr))
     if (isinstance(node.value, cst.Name) and node.value.value in self.fields
-        and node.attr.value in ('retrieve', 'store', 'as_dict')):
+        and node.attr.value in ('retrieve', 'store', 'as_dict')
+        and id(node) not in self._cache_calls):
       self.todo(node, f'{node.value.value!r} is a legacy nn.Collection '
                 'argument: port it to a linen variable collection by hand')
 
@@ -649,6 +652,8 @@ class ApplyRewriter(transform.Upgrader):
   # -- calls --
   def visit_Call(self, node):
     super().visit_Call(node)
+    if attention_cache.module_call_shape(self, node):
+      self._cache_calls.add(id(node.func))
     ref = self.resolver(node.func)
     if ref is not None:
       self._handled.add(id(node.func))
@@ -677,6 +682,9 @@ class ApplyRewriter(transform.Upgrader):
     if id(original_node) in self.instance_partials:
       inner = self.resolver(original_node.func.value)
       return self._instance(original_node, updated_node, inner)
+    if id(original_node.func) in self._cache_calls:
+      # cache.store / cache.retrieve of the legacy attention cache
+      return attention_cache.module_call(self, original_node, updated_node)
     # P.init / P.call of a module class held by a parameter
     new = drivers.life_cycle_call(self, original_node, updated_node)
     if new is not None:
