@@ -171,6 +171,10 @@ class Resolver:
           ref, why = ref2, None
         elif why2 and not why:
           why = why2
+      if ref is None and not why:
+        # a hyper-parameter whose default is a legacy attention class
+        # (rules/attention.py: called through a run-time check)
+        ref, why = attention_rule.field_attention(self, expr)
       if why:
         self.why_not[expr.value] = why
       if ref is not None or why:
@@ -571,6 +575,7 @@ class ApplyRewriter(transform.Upgrader):
   def __init__(self, up, info, fn):
     super().__init__(up.ctx)
     self.info = info
+    self.fn = fn
     # flow.py scope of the body (the class's leave has left its scope)
     self._quals = list(getattr(up, '_quals', [])) + (
         [info.name, 'apply'] if info.kind == 'class' else [info.name])
@@ -711,6 +716,11 @@ class ApplyRewriter(transform.Upgrader):
           name=f.value.value, attr=f.attr.value))
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       inner = self.resolver.used_as(f.value, f.attr.value)
+      if inner is not None and inner.kind == 'attention':
+        self.todo(original_node, attention_rule.PARTIAL_TODO.format(
+            name=self.ctx.code_of(f.value), attr=inner.target,
+            what=f.attr.value))
+        return updated_node
       if inner is not None and (inner.kind in ('layer', 'class') or (
           inner.kind == 'partial' and f.attr.value == 'partial')):
         if f.attr.value == 'partial':
@@ -736,7 +746,7 @@ class ApplyRewriter(transform.Upgrader):
       return self._dropout(original_node, updated_node)
     if ref.kind == 'attention':
       return attention_rule.rewrite(self, original_node, updated_node,
-                                    ref.target)
+                                    ref.target, guard=ref.extra)
     if ref.kind == 'instance':
       return updated_node  # calls a module instance (rules/partial_locals)
     return self._module_call(original_node, updated_node, ref)

@@ -1858,7 +1858,8 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       inner += OPTAX_FIXED.get(name, ())
       tx = f"{fn}({', '.join(inner)})"
     if name == 'Adam' and decay:
-      tx = tx.replace('optax.adam(', 'optax.adamw(', 1)
+      # optax.adam(...) or optax.inject_hyperparams(optax.adam)(...)
+      tx = re.sub(r'\boptax\.adam(?=[()])', 'optax.adamw', tx, count=1)
     elif name == 'Adam':
       tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
     if name == 'Momentum' and decay:
