@@ -324,6 +324,47 @@ class _LocalScan(walk.FastVisitor):
     self.assigned.add(node.name.value)
 
 
+def _write_only_handle(fn, call):
+  """``call`` is the value of ``h = call`` in ``fn`` and ``h`` is used
+  only as ``h.value = ...`` (and bound nowhere else)."""
+  if fn is None:
+    return False
+  found = {'name': None, 'binds': 0, 'writes': 0, 'uses': 0}
+
+  class Binder(cst.CSTVisitor):
+
+    def visit_Assign(self, node):
+      if node.value is call and len(node.targets) == 1 and isinstance(
+          node.targets[0].target, cst.Name):
+        found['name'] = node.targets[0].target.value
+
+  fn.visit(Binder())
+  name = found['name']
+  if name is None:
+    return False
+
+  class Uses(cst.CSTVisitor):
+
+    def visit_Assign(self, node):
+      for t in node.targets:
+        if isinstance(t.target, cst.Name) and t.target.value == name:
+          found['binds'] += 1
+        elif (isinstance(t.target, cst.Attribute)
+              and isinstance(t.target.value, cst.Name)
+              and t.target.value.value == name
+              and t.target.attr.value == 'value'):
+          found['writes'] += 1
+
+    def visit_Name(self, node):
+      if node.value == name:
+        found['uses'] += 1
+
+  fn.visit(Uses())
+  # every mention: the binding, and the object of each ``.value =``
+  return found['binds'] == 1 and found['writes'] >= 1 and (
+      found['uses'] == 1 + found['writes'])
+
+
 def _target_names(t):
   if isinstance(t, cst.Name):
     return [t.value]
@@ -835,6 +876,16 @@ class ApplyRewriter(transform.Upgrader):
         original, list(names).index('collection'), 'collection')):
       # collection=None (the legacy default): the stateful context's
       del bound['collection']
+    if ('collection' not in bound and 'shape' not in bound
+        and 'initializer' not in bound and 'name' in bound
+        and _write_only_handle(self.fn, original)):
+      # ``tagged = self.state('tag'); tagged.value = x``: the handle is
+      # only written (legacy's getter would raise before a write); a linen
+      # variable of the stateful collection, created on the first write
+      self.rewrote(original, 'state', "self.state(name) written only -> "
+                   "self.variable('batch_stats', name)")
+      return _expr(f"self.variable('batch_stats', "
+                   f"{self.ctx.code_of(bound['name'])}, lambda: None)")
     if 'collection' in bound or 'shape' not in bound or 'name' not in bound:
       self.todo(original, 'self.state with an explicit collection or no '
                 'shape: port by hand to self.variable')
