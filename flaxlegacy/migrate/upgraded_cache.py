@@ -26,10 +26,12 @@ dict of linen's ``'cache'`` collection (``{'cache': {...}}``, as apply's
   positions) zero.
 """
 
-import flax
 import jax
 import jax.numpy as jnp
-import numpy as np
+# distinct local names: the helper copy (upgrade/shipping.py) binds each
+# name once for every helper module, and other helpers import numpy locally
+from flax import struct as _flax_struct
+import numpy as _numpy
 
 __all__ = ['LegacyCacheEntry', 'legacy_cache_store', 'legacy_cache_retrieve',
            'legacy_initialize_cache']
@@ -37,7 +39,7 @@ __all__ = ['LegacyCacheEntry', 'legacy_cache_store', 'legacy_cache_retrieve',
 CACHE_ENTRY = 'cache_entry'
 
 
-@flax.struct.dataclass
+@_flax_struct.dataclass
 class LegacyCacheEntry:
   """A legacy cache entry: ``key`` / ``value`` arrays and the position
   ``i`` (uint32), with ``.replace(...)`` as legacy's."""
@@ -49,8 +51,8 @@ class LegacyCacheEntry:
 def _entry_of_shape(shape_data):
   """The entry a legacy init's shape description stands for, at a
   placeholder size 1 on the axes ``initialize_cache`` sets."""
-  data = np.asarray(shape_data)
-  if data.ndim != 1 or not np.issubdtype(data.dtype, np.integer):
+  data = _numpy.asarray(shape_data)
+  if data.ndim != 1 or not _numpy.issubdtype(data.dtype, _numpy.integer):
     raise ValueError(
         'a legacy attention cache stores, at init, an integer array '
         f'(ndim,) + tail shape; got {data!r}')
@@ -89,7 +91,7 @@ def legacy_initialize_cache(cache, shape, dtype=None):
   shape = tuple(int(d) for d in shape)
 
   def init(leaf):
-    leaf_shape = tuple(np.shape(leaf))
+    leaf_shape = tuple(_numpy.shape(leaf))
     leaf_dtype = jnp.result_type(leaf)
     if not leaf_shape:
       return jnp.zeros((), leaf_dtype)

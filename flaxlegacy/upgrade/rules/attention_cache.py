@@ -82,7 +82,8 @@ def enabled(codebase):
 def mutate_block(rw, item):
   """What a ``with`` item ``X.mutate() as N`` is, for programs.py:
   ('init', None) for ``nn.attention.Cache().mutate()``, ('step', X) for
-  ``X.mutate()`` on another expression in a codebase of caches, else None.
+  ``X.mutate()`` on another expression, in a codebase of caches; else
+  None.
   """
   call = item.item
   if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
@@ -91,13 +92,15 @@ def mutate_block(rw, item):
           and isinstance(item.asname.name, cst.Name)):
     return None
   inner = call.func.value
+  if not enabled(rw.codebase):
+    return None
   if isinstance(inner, cst.Call) and (
       rw.is_nn(inner.func, 'attention.Cache')
       or _imported_cache(rw, inner.func)):
     if inner.args:
       return None  # Cache(batch_axes): not the lm1b shape; a TODO stays
     return ('init', None)
-  if enabled(rw.codebase) and isinstance(inner, (cst.Name, cst.Attribute)):
+  if isinstance(inner, (cst.Name, cst.Attribute)):
     return ('step', inner)
   return None
 
