@@ -67,7 +67,7 @@ def test_written_state_handle_source(tmp_path):
   assert status == 0
   text = (out / 'modules.py').read_text()
   assert TODO not in text
-  assert "if self.is_mutable_collection('batch_stats'):" in text
+  assert "self.is_mutable_collection('batch_stats')" in text  # is_stateful()
   assert "tagged = self.variable('batch_stats', 'tag', lambda: None)" in text
   assert 'tagged.value = x' in text
 
