@@ -77,6 +77,11 @@ CASES = [
     ('adam_weight_decay', '''
         opt = optim.Adam(1e-3, weight_decay=0.1).create(model)
         ''', ['tx=optax.adamw(1e-3, weight_decay=0.1)']),
+    ('adam_weight_decay_learning_rate_per_step', '''
+        opt = optim.Adam(1e-3, weight_decay=wd).create(model)
+        opt = opt.apply_gradient(grad, learning_rate=lr)
+        ''', ['tx=optax.inject_hyperparams(optax.adamw)(learning_rate=1e-3, '
+              'weight_decay=wd)']),
     ('momentum_weight_decay', '''
         opt = optim.Momentum(0.1, 0.9, weight_decay=1e-4).create(model)
         ''', ['tx=optax.chain(optax.add_decayed_weights(1e-4), '

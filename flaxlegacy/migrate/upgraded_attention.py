@@ -35,7 +35,7 @@ over several axes).
 
 import jax.numpy as jnp
 
-__all__ = ['legacy_attention_mask']
+__all__ = ['legacy_attention_mask', 'legacy_attention_default']
 
 
 def _axes(attention_axis, ndim):
@@ -132,3 +132,21 @@ def legacy_attention_mask(inputs_q, inputs_kv=None, *, attention_axis=None,
   for other in masks[1:]:
     mask = jnp.logical_and(mask, other)
   return mask > 0
+
+
+def legacy_attention_default(module, field, value, linen_class):
+  """``linen_class`` where ``module``'s ``field`` holds its default.
+
+  A legacy module called a legacy attention class through a
+  hyper-parameter (``self_attention_module=nn.SelfAttention``); the
+  upgrade rewrote the call for that class, its default.  Any other value
+  (given by a caller or a configuration the upgrade could not see) raises
+  instead of running the wrong module.
+  """
+  default = type(module).__dataclass_fields__[field].default
+  if value is not default:
+    raise NotImplementedError(
+        f'{type(module).__name__}.{field} holds {value!r}: flaxlegacy '
+        f'upgrade rewrote its call for the legacy attention of its default '
+        f'({default!r}) only; port this call by hand')
+  return linen_class

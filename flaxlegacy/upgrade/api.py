@@ -13,6 +13,7 @@ from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import shipping
 from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade.rules import attention_cache
 
 
 class SourceFile:
@@ -117,6 +118,10 @@ def _analyse(files, names='legacy', observed=None, configs=()):
                                      statement_texts=sf.statement_texts,
                                      code=sf.code))
   codebase.finish()
+  # a legacy attention cache built, and no nn.Collection of its own
+  # (rules/attention_cache.py)
+  codebase.attention_cache = attention_cache.codebase_fact(
+      sf.code for sf in files)
   # what each name can hold, across the codebase (flow.py)
   values = flow_lib.Flow(codebase)
   for sf in files:

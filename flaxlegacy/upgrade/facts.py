@@ -535,6 +535,8 @@ class CodebaseFacts:
     self.partial_kwargs = {}
     self.shared_classes = set()
     self.flow = None  # flow.Flow: what each name can hold (api._analyse)
+    # builds a legacy attention Cache (rules/attention_cache.py)
+    self.attention_cache = False
     # 'legacy': keep legacy auto-names (explicit name=); 'linen': linen's own
     # per-type names where they are known statically, plus a rename map
     self.names_mode = 'legacy'

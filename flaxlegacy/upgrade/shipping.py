@@ -3,7 +3,7 @@
 The rules name the helpers they emit by their home in flaxlegacy
 (``from flaxlegacy.migrate import legacy_optax``, ``upgraded as
 legacy_rng``, ``upgraded_layers``, ``legacy_cells``,
-``upgraded_attention.legacy_attention_mask``; ``from flaxlegacy.compat import
+``upgraded_attention.legacy_attention_mask``, ``upgraded_cache``; ``from flaxlegacy.compat import
 xla_bridge`` for the removed ``jax.lib.xla_bridge``): plain linen / optax /
 NumPy code, tested there.  An upgraded tree must not need flaxlegacy, so
 ``upgrade_paths`` (--out, --in-place, --diff) copies the definitions the
@@ -38,7 +38,7 @@ PACKAGE = 'flaxlegacy.migrate'
 # definitions are written (none imports another): plain JAX / linen / optax.
 MODULES = tuple(f'{PACKAGE}.{m}' for m in (
     'legacy_optax', 'upgraded', 'upgraded_layers', 'legacy_cells',
-    'upgraded_attention')) + (
+    'upgraded_attention', 'upgraded_cache')) + (
         # jax.lib.xla_bridge (removed from JAX) -> its flaxlegacy stand-in
         # (rules/jax_names.py, the names table)
         'flaxlegacy.compat.xla_bridge',

@@ -23,8 +23,10 @@ bias=False, cache=cache)`` becomes::
   also refuses attention over other axes than linen's.
 * Decoding: legacy ``cache=`` (an ``nn.attention.Cache``) -> linen
   ``decode=<cache> is not None``; the cache is linen's ``'cache'``
-  collection.  The call keeps a TODO: the program-level cache life cycle
-  (``Cache().initialize_cache`` / ``cache.mutate()``) is not rewritten here.
+  collection.  The program-level life cycle (``Cache().mutate()`` at init,
+  ``initialize_cache``, ``cache.mutate()`` around a step) is
+  rules/attention_cache.py's; where the codebase builds no legacy Cache the
+  call keeps a TODO.
 * ``**kwargs`` (one dict, a plain variable: vision transformers splat
   their attention config): split when the call runs by
   ``_legacy_attention_kwargs``, written into the file (linen names for the
@@ -37,6 +39,7 @@ bias=False, cache=cache)`` becomes::
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.rules import attention_cache
 
 # legacy spellings (after the nn prefix) of the attention modules
 ATTENTION = {
@@ -119,10 +122,104 @@ def _is_none(expr):
   return isinstance(expr, cst.Name) and expr.value == 'None'
 
 
-def rewrite(up, original, updated, attr):
+GUARD_HELPER = 'flaxlegacy.migrate.upgraded_attention.legacy_attention_default'
+PARTIAL_TODO = ('{name}.{what}(...): {name!r} holds legacy {attr} (its '
+                "default); linen's attention takes another attention_fn "
+                'interface and has no .{what}: port this by hand')
+# where a module class's fields hold a legacy attention class (flow.py)
+_LEGACY_ATTENTION_HOMES = ('flax.nn.', 'flax.nn.attention.',
+                           'flax.deprecated.nn.',
+                           'flax.deprecated.nn.attention.')
+
+
+def field_attention(resolver, expr):
+  """(Ref or None, why or None) for a call of a hyper-parameter whose
+  default is a legacy attention class (``self_attention_module=
+  nn.SelfAttention``).
+
+  The call is rewritten as that class's call behind a run-time check that
+  the field holds its default (``legacy_attention_default``): the values
+  a gin binding or a caller outside the codebase may give are not known
+  here.  Where the codebase gives it a value of its own (another class or
+  layer), or the body rebinds it otherwise than ``name = name.partial(...)``
+  (that ``.partial`` keeps a TODO), the call keeps a TODO.
+  """
+  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+  up = resolver.up
+  info = getattr(up, 'info', None)
+  name = expr.value
+  if info is None or name not in getattr(up, 'fields', ()) or not hasattr(
+      up, 'fn'):
+    return None, None
+  default = info.defaults.get(name)
+  if not default:
+    return None, None
+  try:
+    node = cst.parse_expression(default)
+  except cst.ParserSyntaxError:
+    return None, None
+  legacy = facts_lib.legacy_attr(node, up.ctx.facts.nn_prefixes)
+  attr = legacy_name(legacy) if legacy else None
+  if attr is None:
+    return None, None
+  why = (f'{name!r} defaults to legacy {attr}, but ' + '{}; rewrite its '
+         'calls by hand')
+  for value in _assigned_values(up.fn, name):
+    if not (isinstance(value, cst.Call)
+            and isinstance(value.func, cst.Attribute)
+            and value.func.attr.value == 'partial'
+            and isinstance(value.func.value, cst.Name)
+            and value.func.value.value == name):
+      return None, why.format('the body binds it to another value')
+  values = up.flow_values(expr) or ()
+  for v in values:
+    if v[0] == 'ext' and any(
+        v[1] == home + attr.split('.')[-1] for home in _LEGACY_ATTENTION_HOMES):
+      continue
+    if v[0] in ('class', 'layer', 'ext'):
+      return None, why.format('the codebase gives it another module '
+                              f'({v[-1] if len(v) > 1 else v[0]})')
+  return modules.Ref('attention', attr, name), None
+
+
+def _assigned_values(fn, name):
+  """The values ``name = value`` statements of ``fn``'s body bind."""
+  out = []
+
+  class V(cst.CSTVisitor):
+
+    def visit_Assign(self, node):
+      for t in node.targets:
+        if isinstance(t.target, cst.Name) and t.target.value == name:
+          out.append(node.value)
+        elif not isinstance(t.target, (cst.Attribute, cst.Subscript)):
+          if any(isinstance(n, cst.Name) and n.value == name
+                 for n in _names(t.target)):
+            out.append(None)
+
+    def visit_FunctionDef(self, node):
+      return node is fn
+
+  fn.visit(V())
+  return out
+
+
+def _names(target):
+  if isinstance(target, cst.Name):
+    return [target]
+  if isinstance(target, (cst.Tuple, cst.List)):
+    return [n for e in target.elements for n in _names(e.value)]
+  if isinstance(target, cst.StarredElement):
+    return _names(target.value)
+  return []
+
+
+def rewrite(up, original, updated, attr, guard=None):
   """The linen construction + call for one legacy attention call.
 
   ``up``: the ApplyRewriter of the enclosing body (rules/modules.py).
+  ``guard``: the field the call goes through (``field_attention``), whose
+  value is checked at run time to be its default.
   Returns ``updated`` (with a TODO recorded) where it cannot be certain.
   """
   from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
@@ -236,9 +333,22 @@ def rewrite(up, original, updated, attr):
     auto = up._auto_name(original, TYPE_NAME, None)  # pylint: disable=protected-access
     if auto is not None:
       ctor.append(modules._arg(auto, 'name'))  # pylint: disable=protected-access
-  if cache is not None:
+  if cache is not None and not attention_cache.enabled(up.ctx.codebase):
+    # where the codebase builds the cache, rules/attention_cache.py ports
+    # its life cycle (or leaves the TODO at the program's lines)
     up.todo(original, DECODE_TODO)
   func = modules._expr(up._prefix() + '.MultiHeadDotProductAttention')  # pylint: disable=protected-access
+  if guard is not None:
+    # the field holds its default (legacy's attention class) at run time,
+    # else a clear error (rules/attention.py field_attention)
+    up.ctx.needed_imports.add(GUARD_HELPER)
+    func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]), args=[
+        modules._arg(cst.Name('self')),  # pylint: disable=protected-access
+        modules._arg(cst.SimpleString(repr(guard))),  # pylint: disable=protected-access
+        modules._arg(updated.func),  # pylint: disable=protected-access
+        modules._arg(func)])  # pylint: disable=protected-access
+    func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]),
+                    args=modules._clean_args(list(func.args)))  # pylint: disable=protected-access
   up.rewrote(original, 'attention', f'nn.{attr} -> linen '
              'MultiHeadDotProductAttention with the legacy mask')
   up.ctx.report.rewritten[-1]['shipped'] = MASK_HELPER

@@ -33,6 +33,7 @@ from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import attention as attention_rule
+from flaxlegacy.upgrade.rules import attention_cache
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
@@ -170,6 +171,10 @@ class Resolver:
           ref, why = ref2, None
         elif why2 and not why:
           why = why2
+      if ref is None and not why:
+        # a hyper-parameter whose default is a legacy attention class
+        # (rules/attention.py: called through a run-time check)
+        ref, why = attention_rule.field_attention(self, expr)
       if why:
         self.why_not[expr.value] = why
       if ref is not None or why:
@@ -317,6 +322,47 @@ class _LocalScan(walk.FastVisitor):
 
   def visit_Param(self, node):
     self.assigned.add(node.name.value)
+
+
+def _write_only_handle(fn, call):
+  """``call`` is the value of ``h = call`` in ``fn`` and ``h`` is used
+  only as ``h.value = ...`` (and bound nowhere else)."""
+  if fn is None:
+    return False
+  found = {'name': None, 'binds': 0, 'writes': 0, 'uses': 0}
+
+  class Binder(cst.CSTVisitor):
+
+    def visit_Assign(self, node):
+      if node.value is call and len(node.targets) == 1 and isinstance(
+          node.targets[0].target, cst.Name):
+        found['name'] = node.targets[0].target.value
+
+  fn.visit(Binder())
+  name = found['name']
+  if name is None:
+    return False
+
+  class Uses(cst.CSTVisitor):
+
+    def visit_Assign(self, node):
+      for t in node.targets:
+        if isinstance(t.target, cst.Name) and t.target.value == name:
+          found['binds'] += 1
+        elif (isinstance(t.target, cst.Attribute)
+              and isinstance(t.target.value, cst.Name)
+              and t.target.value.value == name
+              and t.target.attr.value == 'value'):
+          found['writes'] += 1
+
+    def visit_Name(self, node):
+      if node.value == name:
+        found['uses'] += 1
+
+  fn.visit(Uses())
+  # every mention: the binding, and the object of each ``.value =``
+  return found['binds'] == 1 and found['writes'] >= 1 and (
+      found['uses'] == 1 + found['writes'])
 
 
 def _target_names(t):
@@ -570,6 +616,7 @@ class ApplyRewriter(transform.Upgrader):
   def __init__(self, up, info, fn):
     super().__init__(up.ctx)
     self.info = info
+    self.fn = fn
     # flow.py scope of the body (the class's leave has left its scope)
     self._quals = list(getattr(up, '_quals', [])) + (
         [info.name, 'apply'] if info.kind == 'class' else [info.name])
@@ -618,13 +665,15 @@ class ApplyRewriter(transform.Upgrader):
     else:
       self.todo_all = None
     self.used_dynamic = False
+    self._cache_calls = set()  # ids of cache.store / cache.retrieve funcs
 
   # -- names that are not loads --
   def visit_Attribute(self, node):
     super().visit_Attribute(node)
     self._skip_names.add(id(node.attr))
     if (isinstance(node.value, cst.Name) and node.value.value in self.fields
-        and node.attr.value in ('retrieve', 'store', 'as_dict')):
+        and node.attr.value in ('retrieve', 'store', 'as_dict')
+        and id(node) not in self._cache_calls):
       self.todo(node, f'{node.value.value!r} is a legacy nn.Collection '
                 'argument: port it to a linen variable collection by hand')
 
@@ -649,6 +698,8 @@ class ApplyRewriter(transform.Upgrader):
   # -- calls --
   def visit_Call(self, node):
     super().visit_Call(node)
+    if attention_cache.module_call_shape(self, node):
+      self._cache_calls.add(id(node.func))
     ref = self.resolver(node.func)
     if ref is not None:
       self._handled.add(id(node.func))
@@ -677,6 +728,9 @@ class ApplyRewriter(transform.Upgrader):
     if id(original_node) in self.instance_partials:
       inner = self.resolver(original_node.func.value)
       return self._instance(original_node, updated_node, inner)
+    if id(original_node.func) in self._cache_calls:
+      # cache.store / cache.retrieve of the legacy attention cache
+      return attention_cache.module_call(self, original_node, updated_node)
     # P.init / P.call of a module class held by a parameter
     new = drivers.life_cycle_call(self, original_node, updated_node)
     if new is not None:
@@ -703,6 +757,11 @@ class ApplyRewriter(transform.Upgrader):
           name=f.value.value, attr=f.attr.value))
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       inner = self.resolver.used_as(f.value, f.attr.value)
+      if inner is not None and inner.kind == 'attention':
+        self.todo(original_node, attention_rule.PARTIAL_TODO.format(
+            name=self.ctx.code_of(f.value), attr=inner.target,
+            what=f.attr.value))
+        return updated_node
       if inner is not None and (inner.kind in ('layer', 'class') or (
           inner.kind == 'partial' and f.attr.value == 'partial')):
         if f.attr.value == 'partial':
@@ -728,7 +787,7 @@ class ApplyRewriter(transform.Upgrader):
       return self._dropout(original_node, updated_node)
     if ref.kind == 'attention':
       return attention_rule.rewrite(self, original_node, updated_node,
-                                    ref.target)
+                                    ref.target, guard=ref.extra)
     if ref.kind == 'instance':
       return updated_node  # calls a module instance (rules/partial_locals)
     return self._module_call(original_node, updated_node, ref)
@@ -817,6 +876,16 @@ class ApplyRewriter(transform.Upgrader):
         original, list(names).index('collection'), 'collection')):
       # collection=None (the legacy default): the stateful context's
       del bound['collection']
+    if ('collection' not in bound and 'shape' not in bound
+        and 'initializer' not in bound and 'name' in bound
+        and _write_only_handle(self.fn, original)):
+      # ``tagged = self.state('tag'); tagged.value = x``: the handle is
+      # only written (legacy's getter would raise before a write); a linen
+      # variable of the stateful collection, created on the first write
+      self.rewrote(original, 'state', "self.state(name) written only -> "
+                   "self.variable('batch_stats', name)")
+      return _expr(f"self.variable('batch_stats', "
+                   f"{self.ctx.code_of(bound['name'])}, lambda: None)")
     if 'collection' in bound or 'shape' not in bound or 'name' not in bound:
       self.todo(original, 'self.state with an explicit collection or no '
                 'shape: port by hand to self.variable')

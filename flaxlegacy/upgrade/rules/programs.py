@@ -61,6 +61,7 @@ from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import aliases
+from flaxlegacy.upgrade.rules import attention_cache
 from flaxlegacy.upgrade.rules import model_uses
 from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules import optimizer_defs
@@ -533,7 +534,18 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
   def _argsrc(self, a):
     star = a.star if isinstance(a.star, str) else ''
     kw = f'{a.keyword.value}=' if a.keyword is not None else ''
+    if not star and self._cache_target(a.value):
+      # the legacy cache a model gets: the module decodes (its 'cache'
+      # collection goes in the variables; rules/attention_cache.py)
+      return f'{kw}True'
     return f'{star}{kw}{self.ctx.code_of(a.value)}'
+
+  def _cache_target(self, expr):
+    """``expr`` names the target of an enclosing cache ``mutate()``
+    block."""
+    return isinstance(expr, cst.Name) and any(
+        st[4] == attention_cache.COLLECTION and st[1] == expr.value
+        for st in self._stateful)
 
   def note(self, node, what):
     self.ctx.report.rewritten.append(
@@ -1138,8 +1150,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         if not with_output:
           out.append(_s(f'_variables = {init}\n'))
         out.append(_s(f"{second} = _variables['params']\n"))
+        keep = ("k != 'params'" if collect[4] != attention_cache.COLLECTION
+                else f"k == {attention_cache.COLLECTION!r}")
         out.append(_s(f'{collect[1]} = {{k: v for k, v in _variables.items()'
-                      " if k != 'params'}\n"))
+                      f' if {keep}}}\n'))
         collect[3] = True
       elif with_output:
         out.append(_s(f"{second} = _variables['params']\n"))
@@ -1270,7 +1284,16 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
           if a.keyword is not None and a.keyword.value == 'mutable':
             mutable = self.ctx.code_of(a.value) != 'False'
         target = (self.ctx.code_of(item.asname.name) if item.asname else None)
-        self._stateful.append([state, target, mutable, False])
+        self._stateful.append([state, target, mutable, False,
+                               'batch_stats'])
+      cache = attention_cache.mutate_block(self, item)
+      if cache is not None:
+        # a legacy attention cache block: its model call or init threads
+        # the 'cache' collection (rules/attention_cache.py)
+        state = (self.ctx.code_of(cache[1]) if cache[1] is not None
+                 else None)
+        self._stateful.append([state, item.asname.name.value, True, False,
+                               attention_cache.COLLECTION])
       if isinstance(call, cst.Call) and self.is_nn(call.func, 'stochastic'):
         self._stochastic.append(self.ctx.code_of(call.args[0].value))
     return True
@@ -1280,6 +1303,8 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     for item, new_item in zip(original_node.items, updated_node.items):
       call = item.item
       if isinstance(call, cst.Call) and self.is_nn(call.func, 'stateful'):
+        handled.append(self._stateful.pop())
+      elif attention_cache.mutate_block(self, item) is not None:
         handled.append(self._stateful.pop())
       elif isinstance(call, cst.Call) and self.is_nn(call.func, 'stochastic'):
         self._stochastic.pop()
@@ -1294,7 +1319,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if not handled:
       return updated_node.with_changes(items=_clean(items))
     if not all(h[3] for h in handled):
-      self.todo(original_node, 'nn.stateful block: no model call or init '
+      what = ('legacy attention cache block' if any(
+          h[4] == attention_cache.COLLECTION for h in handled)
+              else 'nn.stateful block')
+      self.todo(original_node, f'{what}: no model call or init '
                 'inside that the upgrade could thread the state through')
       return updated_node
     self.note(original_node, 'nn.stateful -> apply arguments')
@@ -1423,7 +1451,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         pass
     mutable = st is not None and st[2] and st[1] is not None
     if mutable:
-      extra += ", mutable=['batch_stats']"
+      extra += f", mutable=[{st[4]!r}]"
     return apply, variables, args, extra, mutable, st
 
   def _stateful_assign(self, orig, stmt, line):
@@ -1453,6 +1481,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
   # -- expressions --
   def leave_Call(self, original_node, updated_node):
     f = original_node.func
+    new = attention_cache.initialize_cache(self, original_node, updated_node)
+    if new is not None:
+      return new
     if not original_node.args and (self.is_nn(f, 'make_rng')
                                    or self.is_nn(f, 'is_stochastic')):
       self.imports.add('from flaxlegacy.migrate import upgraded as '
@@ -1827,7 +1858,8 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       inner += OPTAX_FIXED.get(name, ())
       tx = f"{fn}({', '.join(inner)})"
     if name == 'Adam' and decay:
-      tx = tx.replace('optax.adam(', 'optax.adamw(', 1)
+      # optax.adam(...) or optax.inject_hyperparams(optax.adam)(...)
+      tx = re.sub(r'\boptax\.adam(?=[()])', 'optax.adamw', tx, count=1)
     elif name == 'Adam':
       tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
     if name == 'Momentum' and decay:

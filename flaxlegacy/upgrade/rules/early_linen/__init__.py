@@ -24,7 +24,8 @@ on today's linen with ``FLAXLEGACY=off``:
   (today's JAX refuses it), ``concrete=True`` keeps a TODO;
   ``jnp.array(-1, dtype=jnp.uint32)``: an integer literal out of its
   dtype's range -> the value NumPy 1.x cast it to (also in files importing
-  only JAX).
+  only JAX); ``lax.dynamic_slice`` slice sizes given as ``jnp.array`` of a
+  literal tuple -> the tuple.
 * ``removed_modules``: ``jax.lib.xla_client`` becomes the shipped stand-in
   where a file uses only ``PaddingType`` of it, ``jaxlib.xla_client`` where
   only names that module still has; else its import keeps a TODO.
@@ -65,7 +66,7 @@ MARKERS = ('initialize_carry', 'LSTMCell', 'GRUCell', 'ConvLSTM', '_init',
            'xla_client',
            'unfreeze', '.pop(', '.copy(', 'pretty_repr', 'def param(',
            'MultiHeadDotProductAttention', 'early_stopping', '.init(',
-           'concrete', 'int8', 'int16', 'int32', 'int64')
+           'concrete', 'int8', 'int16', 'int32', 'int64', 'dynamic_slice')
 # What a file must import for the rules to look at it: today's flax API
 # (a file with only the legacy flax.nn / flax.optim is the legacy rules').
 _FLAX_TODAY = ('flax.linen', 'flax.core', 'flax.training', 'flax.struct',

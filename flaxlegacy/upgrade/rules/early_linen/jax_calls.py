@@ -17,6 +17,12 @@
   the range of a named 8- to 32-bit integer dtype becomes the value it was
   cast to; of a 64-bit one, a TODO (what it became depended on
   ``jax_enable_x64``).
+* ``lax.dynamic_slice(x, start, jnp.array((1, 1, d)))``: slice sizes as an
+  array built from a literal tuple / list; JAX of 2020 read its values,
+  today's wants the sizes static (inside ``jit`` the array is a tracer:
+  ``TypeError: Shapes must be 1D sequences of concrete values``).  The
+  literal itself is passed (what legacy read: the sizes had to be known
+  when the call was traced then too).
 """
 
 import libcst as cst
@@ -28,6 +34,8 @@ _REMAT = ('jax.remat', 'jax.checkpoint', 'jax.ad_checkpoint.checkpoint',
 _LINEN_REMAT = ('flax.linen.remat', 'flax.linen.checkpoint',
                 'flax.linen.transforms.remat', 'flax.linen.transforms.checkpoint')
 _ARRAYS = ('jax.numpy.array', 'jax.numpy.asarray')
+_SLICES = ('jax.lax.dynamic_slice',)
+_SIZE_ARRAYS = _ARRAYS + ('numpy.array', 'numpy.asarray')
 _BITS = {f'{s}int{b}': (b, s == '') for s in ('', 'u') for b in (8, 16, 32, 64)}
 _DTYPE_OWNERS = ('jax.numpy', 'numpy')
 
@@ -45,7 +53,7 @@ WIDE = ('an integer literal out of its 64-bit dtype\'s range: NumPy 1.x cast '
 
 
 def relevant(code, names):  # pylint: disable=unused-argument
-  return 'concrete' in code or 'int' in code
+  return 'concrete' in code or 'int' in code or 'dynamic_slice' in code
 
 
 def _int_value(node):
@@ -144,6 +152,35 @@ class Rule(_common.Rule):
       return updated_node.with_changes(args=_common.clean_args(args))
     return updated_node
 
+  def _slice_sizes(self, original_node, updated_node):
+    """``slice_sizes=jnp.array((a, b))`` -> ``(a, b)``."""
+    args = list(updated_node.args)
+    for i, a in enumerate(args):
+      if a.star or not ((a.keyword is None and i == 2) or (
+          a.keyword is not None and a.keyword.value == 'slice_sizes')):
+        continue
+      v = a.value
+      if not (isinstance(v, cst.Call) and len(v.args) == 1
+              and v.args[0].keyword is None and not v.args[0].star
+              and isinstance(v.args[0].value, (cst.Tuple, cst.List))
+              and self.names.qualify(v.func) in _SIZE_ARRAYS):
+        return updated_node
+      sizes = v.args[0].value
+      if any(isinstance(el, cst.StarredElement) for el in sizes.elements):
+        return updated_node
+      sizes = cst.Tuple(elements=[
+          el.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+          if j == len(sizes.elements) - 1 and len(sizes.elements) > 1 else el
+          for j, el in enumerate(sizes.elements)])
+      if len(sizes.elements) == 1:
+        sizes = sizes.with_changes(elements=[sizes.elements[0].with_changes(
+            comma=cst.Comma())])
+      args[i] = a.with_changes(value=sizes)
+      self.rewrote(original_node, 'lax.dynamic_slice slice sizes as an array '
+                   '-> the tuple (today\'s JAX wants them static)')
+      return updated_node.with_changes(args=args)
+    return updated_node
+
   def leave_Call(self, original_node, updated_node):
     q = self.names.qualify(original_node.func)
     target = q
@@ -153,6 +190,8 @@ class Rule(_common.Rule):
     if target in _REMAT or target in _LINEN_REMAT:
       return self._concrete(original_node, updated_node,
                             target in _LINEN_REMAT)
+    if q in _SLICES:
+      return self._slice_sizes(original_node, updated_node)
     if q in _ARRAYS and updated_node.args:
       dtype = None
       for i, a in enumerate(updated_node.args):

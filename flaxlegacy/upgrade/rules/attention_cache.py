@@ -1,0 +1,167 @@
+"""Rule: the legacy attention cache life cycle -> linen's ``'cache'``
+collection.
+
+Every 2020 autoregressive decoder (flax's lm1b / wmt examples, and the
+codebases built from them) drove ``flax.nn.attention.Cache`` the same way::
+
+    with nn.attention.Cache().mutate() as cache_def:           # 1. init
+      _, model = model_def.create_by_shape(rng, specs, cache=cache_def)
+    cache = cache_def.initialize_cache((batch, length))         # 2. zeros
+    with cache.mutate() as new_cache:                           # 3. a step
+      logits = model(token, cache=new_cache)
+    ... new_cache ...                                           # the next
+
+and modules passed ``cache`` on to attention layers (``cache=cache``) or
+kept their own entry (``cache.store(...)`` / ``cache.retrieve(...)``: the
+positional-embedding modules of lm1b / wmt).  Upgraded, the cache is the
+dict of linen's ``'cache'`` collection (``{'cache': {...}}``):
+
+1. the init in a ``Cache().mutate()`` block: ``_variables = M(...,
+   cache=True).init(...)``, the params and ``cache_def = {k: v for k, v in
+   _variables.items() if k == 'cache'}`` (the block goes; the module's
+   ``cache`` argument, a linen field or call argument, is ``True``: the
+   module decodes, which linen's attention calls ``decode``);
+2. ``E.initialize_cache(shape[, dtype])`` ->
+   ``legacy_initialize_cache(E, shape[, dtype])`` (upgraded_cache.py:
+   zeros of ``shape + tail`` for every array, as legacy);
+3. a model call in a ``E.mutate()`` block that passes the block's target:
+   ``out, new_cache = M(..., cache=True).apply({'params': p, **E}, ...,
+   mutable=['cache'])``;
+4. in modules, ``cache.store(v)`` / ``cache.retrieve(d)`` on a parameter
+   (a linen field) -> ``legacy_cache_store(self, v)`` /
+   ``legacy_cache_retrieve(self, d)``: the module's own variable of the
+   ``'cache'`` collection (a ``LegacyCacheEntry`` with the legacy fields).
+
+Steps 1 and 3 share programs.py's ``nn.stateful`` machinery (a block whose
+target the model call threads); this module decides what is a cache.
+
+Certainty: the codebase must build a legacy ``Cache`` (``attention.Cache(``
+or ``Cache`` imported from ``flax.nn.attention``) and build no
+``nn.Collection`` of its own, so that a ``.mutate()`` block, an
+``.initialize_cache`` call, or a module parameter with ``store`` /
+``retrieve`` can only be the cache.  Otherwise they keep their TODOs.  A
+cache block whose body has no model call the upgrade rewrites keeps a TODO
+(programs.py).
+"""
+
+import re
+
+import libcst as cst
+
+# a legacy Cache built somewhere in the codebase
+_CACHE_BUILT = re.compile(
+    r'\battention\s*\.\s*Cache\s*\(|'
+    r'from\s+flax\s*\.\s*nn\s*\.\s*attention\s+import\s+[^\n]*\bCache\b')
+# a legacy nn.Collection of the codebase's own (other store/retrieve users)
+_COLLECTION_BUILT = re.compile(r'\bCollection\s*\(')
+
+INIT_HELPER = 'flaxlegacy.migrate.upgraded_cache.legacy_initialize_cache'
+STORE_HELPER = 'flaxlegacy.migrate.upgraded_cache.legacy_cache_store'
+RETRIEVE_HELPER = 'flaxlegacy.migrate.upgraded_cache.legacy_cache_retrieve'
+COLLECTION = 'cache'
+
+
+def codebase_fact(codes):
+  """True when the codebase (``codes``: each file's source) builds a legacy
+  attention Cache and no nn.Collection of its own."""
+  built = False
+  for code in codes:
+    if code is None:
+      continue
+    if _COLLECTION_BUILT.search(code):
+      return False
+    if not built and _CACHE_BUILT.search(code):
+      built = True
+  return built
+
+
+def enabled(codebase):
+  return bool(getattr(codebase, 'attention_cache', False))
+
+
+def mutate_block(rw, item):
+  """What a ``with`` item ``X.mutate() as N`` is, for programs.py:
+  ('init', None) for ``nn.attention.Cache().mutate()``, ('step', X) for
+  ``X.mutate()`` on another expression, in a codebase of caches; else
+  None.
+  """
+  call = item.item
+  if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+          and call.func.attr.value == 'mutate' and not call.args
+          and item.asname is not None
+          and isinstance(item.asname.name, cst.Name)):
+    return None
+  inner = call.func.value
+  if not enabled(rw.codebase):
+    return None
+  if isinstance(inner, cst.Call) and (
+      rw.is_nn(inner.func, 'attention.Cache')
+      or _imported_cache(rw, inner.func)):
+    if inner.args:
+      return None  # Cache(batch_axes): not the lm1b shape; a TODO stays
+    return ('init', None)
+  if isinstance(inner, (cst.Name, cst.Attribute)):
+    return ('step', inner)
+  return None
+
+
+def _imported_cache(rw, func):
+  """``Cache`` imported from flax.nn.attention (``from flax.nn.attention
+  import Cache``)."""
+  return (isinstance(func, cst.Name)
+          and rw.f.imports.get(func.value, '').endswith('nn.attention.Cache'))
+
+
+def initialize_cache(rw, original, updated):
+  """``E.initialize_cache(shape[, dtype])`` -> the helper, or None."""
+  f = original.func
+  if not (enabled(rw.codebase) and isinstance(f, cst.Attribute)
+          and f.attr.value == 'initialize_cache'):
+    return None
+  args = list(updated.args)
+  if (not 1 <= len(args) <= 2 or any(a.star for a in args)
+      or any(a.keyword is not None and a.keyword.value not in (
+          'shape', 'dtype') for a in args)):
+    rw.todo(original, 'initialize_cache: the arguments are not legacy\'s '
+            '(shape[, dtype]); port by hand to legacy_initialize_cache')
+    return updated
+  if isinstance(f.value, cst.Call):
+    return None  # Cache().initialize_cache: nothing was stored, a TODO stays
+  rw.imports.add('from flaxlegacy.migrate.upgraded_cache import '
+                 'legacy_initialize_cache')
+  rw.note(original, 'cache_def.initialize_cache -> legacy_initialize_cache')
+  return cst.Call(func=cst.Name('legacy_initialize_cache'),
+                  args=[cst.Arg(updated.func.value, comma=cst.Comma(
+                      whitespace_after=cst.SimpleWhitespace(' ')))] + args,
+                  whitespace_before_args=updated.whitespace_before_args)
+
+
+def module_call_shape(up, call):
+  """``cache.store(v)`` / ``cache.retrieve([d])`` in a module body, on a
+  parameter (a linen field), in a codebase of caches: what ``module_call``
+  rewrites (elsewhere the nn.Collection TODO of rules/modules.py stays)."""
+  f = call.func
+  if not (enabled(up.ctx.codebase) and isinstance(f, cst.Attribute)
+          and f.attr.value in ('store', 'retrieve')
+          and isinstance(f.value, cst.Name) and f.value.value in up.fields):
+    return False
+  args = list(call.args)
+  if any(a.star or a.keyword is not None for a in args):
+    return False
+  return len(args) == 1 if f.attr.value == 'store' else len(args) <= 1
+
+
+def module_call(up, original, updated):
+  """The helper call for a ``module_call_shape`` call."""
+  f = original.func
+  args = list(updated.args)
+  helper = STORE_HELPER if f.attr.value == 'store' else RETRIEVE_HELPER
+  up.ctx.needed_imports.add(helper)
+  up.rewrote(original, 'attention_cache', f'cache.{f.attr.value} -> the '
+             "module's variable of linen's 'cache' collection")
+  up.ctx.report.rewritten[-1]['shipped'] = helper
+  return cst.Call(func=cst.Name(helper.rsplit('.', 1)[1]),
+                  args=[cst.Arg(cst.Name('self'), comma=cst.Comma(
+                      whitespace_after=cst.SimpleWhitespace(' ')))] + [
+                          a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                          for a in args])
