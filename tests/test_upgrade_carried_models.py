@@ -407,6 +407,38 @@ def test_model_helper_splits_fields_and_call_keywords():
     model.replace(target=want)
 
 
+def test_carried_model_called_in_a_stochastic_block_draws_from_it():
+  """Inside ``with nn.stochastic(rng):`` (the helper the upgrade writes for
+  it) a carried model's call gets ``rngs={'dropout': rng}``, as the upgrade
+  writes for the model calls it sees in such a block (legacy seq2seq's
+  decoder draws with ``make_rng`` through a model handed to a jitted
+  function); outside one, none (a module that draws then fails as linen
+  does)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import linen  # pylint: disable=g-import-not-at-top
+  from flax import errors  # pylint: disable=g-import-not-at-top
+
+  class Noisy(linen.Module):
+
+    @linen.compact
+    def __call__(self, x):
+      return linen.Dense(3)(x) + jax.random.normal(
+          self.make_rng('dropout'), (3,))
+
+  x = jnp.ones((2, 4))
+  params = Noisy().init({'params': jax.random.PRNGKey(0),
+                         'dropout': jax.random.PRNGKey(1)}, x)['params']
+  model = legacy_model.Model(Noisy, params)
+  key = jax.random.PRNGKey(7)
+  with legacy_model.stochastic(key):
+    y = jax.jit(lambda m, v: m(v))(model, x)
+  want = Noisy().apply({'params': params}, x, rngs={'dropout': key})
+  np.testing.assert_array_equal(np.asarray(y), np.asarray(want))
+  with pytest.raises(errors.InvalidRngError):
+    model(x)
+
+
 def test_apply_gradients_of_a_bare_array_target_gets_a_todo():
   """sam's optimizer test: an optimizer created on a bare NumPy array.
   The TrainState's apply_gradients refuses an array (it tests ``in`` on

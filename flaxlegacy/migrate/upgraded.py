@@ -309,6 +309,15 @@ def _model_instance(module, ctor):
   return module.clone(**ctor) if ctor else module
 
 
+def _stochastic_rngs(kwargs):
+  """A legacy model called inside ``with nn.stochastic(rng):`` drew its
+  random numbers from ``rng``: the call gets ``rngs={'dropout': rng}``, as
+  the upgrade writes for the model calls it sees in such a block."""
+  if _FRAMES and 'rngs' not in kwargs:
+    return dict(kwargs, rngs={'dropout': _FRAMES[-1].rng})
+  return kwargs
+
+
 def _pytree_class(cls):
   import jax  # pylint: disable=g-import-not-at-top
   return jax.tree_util.register_pytree_node_class(cls)
@@ -333,8 +342,8 @@ class Model:
 
   def __call__(self, *args, **kwargs):
     ctor, call = _model_split(self.module, kwargs)
-    return _model_instance(self.module, ctor).apply({'params': self.params}, *args,
-                                              **call)
+    return _model_instance(self.module, ctor).apply(
+        {'params': self.params}, *args, **_stochastic_rngs(call))
 
   def __getattr__(self, name):
     # model.encode(x): a method of the module (a legacy module_method),
@@ -349,7 +358,8 @@ class Model:
     def apply_method(*args, **kwargs):
       ctor, call = _model_split(self.module, kwargs)
       return _model_instance(self.module, ctor).apply(
-          {'params': self.params}, *args, method=name, **call)
+          {'params': self.params}, *args, method=name,
+          **_stochastic_rngs(call))
     return apply_method
 
   def replace(self, **updates):

@@ -591,8 +591,13 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     values = flow.values_of(self.f.path, self._qual(), expr) if (
         flow is not None) else frozenset({flow_lib.UNKNOWN})
     known = values - {flow_lib.UNKNOWN}
-    if known:
-      return known == {flow_lib.COLLECTION} and flow_lib.UNKNOWN not in values
+    if known == {flow_lib.COLLECTION} and flow_lib.UNKNOWN not in values:
+      return True
+    if known and flow_lib.COLLECTION not in known:
+      return False  # never a collection: a plain object's as_dict
+    # a collection in some runs and something else in others (the name
+    # reassigned: ``state = tree_map(f, state.as_dict())``), or nothing
+    # known: the names the legacy examples give collections
     return bool(self.nn_file) and _is_state_name(expr)
 
   def _known_module(self, expr):
