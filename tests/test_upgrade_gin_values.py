@@ -280,3 +280,27 @@ def test_flow_facts_dict_keys_reaching_assignment_property(tmp_path):
   # a property read gives what it returns, not a bound method
   assert kinds(flow.values.get(('r', 'models.py', 'Base.model_kwargs'))) \
       == ['container']
+
+
+def test_plain_class_a_binding_names_is_not_a_module_class_to_partial(
+    tmp_path):
+  """A gin binding can name a plain class with a base from outside the
+  codebase (dopamine's TF ``gym_lib.CartpoleDQNNetwork`` beside the JAX
+  one): where the value is used as ``X.partial(...)`` / ``X.init(...)``,
+  a class that does not define that method itself is not what a working
+  program brings (only legacy modules have them), so the legacy module
+  classes decide."""
+  files = _files(**{'tfnets.py': '''
+      import collections
+
+
+      class Wide(collections.OrderedDict):  # a base from outside
+        pass
+      '''})
+  flow = _flow(tmp_path, files)
+  vals = set(flow.param_values('models.py', 'Base.__init__', 'model_cls'))
+  plain = ('cls', 'tfnets.py', 'Wide')
+  assert flow_lib.usable(vals | {plain}, 'partial', flow) == {
+      v for v in vals if v[0] == 'class'}
+  # read as a plain value it stays
+  assert plain in flow_lib.usable({plain}, None, flow)

@@ -1714,6 +1714,14 @@ def usable(values, attr=None, flow=None):
     if (attr in MODULE_ATTRS and v[0] in ('cls', 'instance')
         and flow is not None and not flow.may_have(v[1], v[2], attr)):
       continue
+    if (attr in ('partial', 'init', 'init_by_shape', 'create',
+                 'create_by_shape') and v[0] == 'cls' and flow is not None
+        and flow.method_def(v[1], v[2], attr) is None):
+      # a plain class used as a legacy module class (X.partial(...)):
+      # only legacy modules have these class methods, so a base from
+      # outside the codebase (a tf.keras.Model a gin binding also names)
+      # does not bring them either
+      continue
     out.add(v)
   return out
 

@@ -1368,6 +1368,11 @@ def _classes_partial(up, original, updated):
   with)."""
   vals = up.flow_values(original.func.value) if hasattr(
       up, 'flow_values') else None
+  if vals:
+    # only what a working program can hold where ``.partial`` is used
+    # (flow.usable: a plain class without it is dropped)
+    vals = flow_lib.usable(vals, 'partial',
+                           getattr(up.ctx.codebase, 'flow', None))
   if not vals:
     return updated
   kinds = {v[0] for v in vals}
