@@ -146,7 +146,7 @@ def legacy_attention_default(module, field, value, linen_class):
   default = type(module).__dataclass_fields__[field].default
   if value is not default:
     raise NotImplementedError(
-        f'{type(module).__name__}.{field} holds {value!r}: flaxlegacy '
-        f'upgrade rewrote its call for the legacy attention of its default '
+        f'{type(module).__name__}.{field} holds {value!r}: the upgrade '
+        f'from legacy Flax rewrote its call for the attention of its default '
         f'({default!r}) only; port this call by hand')
   return linen_class
