@@ -119,9 +119,13 @@ def _analyse(files, names='legacy', observed=None, configs=()):
                                      code=sf.code))
   codebase.finish()
   # a legacy attention cache built, and no nn.Collection of its own
-  # (rules/attention_cache.py)
+  # (rules/attention_cache.py), read in the files that use legacy flax.nn
+  # (an upgraded file keeps a Cache it could not rewrite, with its TODO,
+  # but its nn.Collection is gone: a second upgrade must decide as the
+  # first did)
   codebase.attention_cache = attention_cache.codebase_fact(
-      sf.code for sf in files)
+      sf.code for sf in files
+      if sf.rel in codebase.files and codebase.files[sf.rel].nn_prefixes)
   # what each name can hold, across the codebase (flow.py)
   values = flow_lib.Flow(codebase)
   for sf in files:
