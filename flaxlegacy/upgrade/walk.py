@@ -137,3 +137,23 @@ def target_names(t):
   if isinstance(t, cst.StarredElement):
     return target_names(t.value)
   return []
+
+
+class ScopedVisitor(FastVisitor):
+  """A ``FastVisitor`` that keeps ``quals``: the names of the classes and
+  functions around the node being visited (flow.py's scope names)."""
+
+  def __init__(self):
+    self.quals = []
+
+  def visit_ClassDef(self, node):
+    self.quals.append(node.name.value)
+
+  def leave_ClassDef(self, node):
+    self.quals.pop()
+
+  def visit_FunctionDef(self, node):
+    self.quals.append(node.name.value)
+
+  def leave_FunctionDef(self, node):
+    self.quals.pop()

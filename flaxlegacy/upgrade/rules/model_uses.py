@@ -66,7 +66,7 @@ def _flow(codebase):
   return getattr(codebase, 'flow', None)
 
 
-class _Uses(walk.FastVisitor):
+class _Uses(walk.ScopedVisitor):
   """One file: the occurrences of the places of interest, each with its
   parent chain (the two nodes above it)."""
 
@@ -76,7 +76,7 @@ class _Uses(walk.FastVisitor):
     self.names = names  # name -> slots ('v') of interest
     self.attrs = attrs  # attribute name -> slots ('a') of interest
     self.funcs = funcs  # function name -> slots ('r') of interest
-    self.quals = []
+    super().__init__()
     self.stack = []
     self.targets = set()  # ids of assignment targets (not uses)
     self.out = []  # (slot, node, parent, grandparent, qual)
@@ -92,18 +92,6 @@ class _Uses(walk.FastVisitor):
   def on_leave(self, original_node):
     self.stack.pop()
     super().on_leave(original_node)
-
-  def visit_ClassDef(self, node):
-    self.quals.append(node.name.value)
-
-  def leave_ClassDef(self, node):
-    self.quals.pop()
-
-  def visit_FunctionDef(self, node):
-    self.quals.append(node.name.value)
-
-  def leave_FunctionDef(self, node):
-    self.quals.pop()
 
   def _mark_targets(self, t):
     self.targets.add(id(t))

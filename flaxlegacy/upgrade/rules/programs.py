@@ -2068,28 +2068,16 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return updated_node
 
 
-class _TraversalUses(walk.FastVisitor):
+class _TraversalUses(walk.ScopedVisitor):
   """The ModelParamTraversal calls whose traversal is updated or iterated
   (directly, or through a name of the same scope)."""
 
   def __init__(self, rw):
     self.rw = rw
-    self.quals = []
+    super().__init__()
     self.calls = {}  # (scope, name) -> ids of the calls assigned to it
     self.used = set()  # (scope, name) used as name.update / name.iterate
     self.direct = set()
-
-  def visit_ClassDef(self, node):
-    self.quals.append(node.name.value)
-
-  def leave_ClassDef(self, node):
-    self.quals.pop()
-
-  def visit_FunctionDef(self, node):
-    self.quals.append(node.name.value)
-
-  def leave_FunctionDef(self, node):
-    self.quals.pop()
 
   def _is_traversal(self, v):
     return isinstance(v, cst.Call) and isinstance(
