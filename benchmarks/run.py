@@ -620,6 +620,10 @@ def main(argv=None):
                       help='primary clock (default: cpu on a CPU backend, '
                       'wall on an accelerator)')
   parser.add_argument('--json', default=None, help='write results here')
+  parser.add_argument('--dispatch-calls', type=int, default=None,
+                      help="override the size's dispatch calls per repetition")
+  parser.add_argument('--dispatch-reps', type=int, default=None,
+                      help="override the size's dispatch repetitions")
   parser.add_argument('--_memory-child', dest='memory_child', default=None,
                       help=argparse.SUPPRESS)
   parser.add_argument('--_pmap-child', dest='pmap_child', action='store_true',
@@ -627,7 +631,12 @@ def main(argv=None):
   args = parser.parse_args(argv)
   backend = jax.default_backend()
   size = args.size or ('gpu' if backend == 'gpu' else 'cpu')
-  cfg = SIZES[size]
+  cfg = dict(SIZES[size])
+  for key in ('dispatch_calls', 'dispatch_reps'):
+    if getattr(args, key) is not None:
+      if getattr(args, key) < 1:
+        parser.error(f'--{key.replace("_", "-")} must be at least 1')
+      cfg[key] = getattr(args, key)
   CLOCK['name'] = args.clock or ('cpu' if backend == 'cpu' else 'wall')
   if args.memory_child:
     return memory_child(args.memory_child, cfg)
