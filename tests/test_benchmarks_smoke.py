@@ -35,7 +35,8 @@ def tiny_run(tmp_path_factory):
   })
   proc = subprocess.run(
       [sys.executable, os.path.join(REPO, 'benchmarks', 'run.py'),
-       '--size', 'tiny', '--json', str(out)],
+       '--size', 'tiny', '--dispatch-calls', '7', '--dispatch-reps', '2',
+       '--json', str(out)],
       capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
   assert proc.returncode == 0, proc.stderr[-4000:]
   return proc.stdout, json.loads(out.read_text())
@@ -62,6 +63,10 @@ def test_every_benchmark_reports_a_finite_ratio(tiny_run):
 def test_programs_and_machine_are_recorded(tiny_run):
   _, data = tiny_run
   assert data['size'] == 'tiny' and data['clock'] == 'cpu'
+  # the --dispatch-* overrides reach the recorded configuration
+  assert data['config']['dispatch_calls'] == 7
+  assert data['config']['dispatch_reps'] == 2
+  assert data['config']['memory_steps'] == run.SIZES['tiny']['memory_steps']
   for key in ('date', 'devices', 'jax', 'flax', 'optax', 'cpu_count'):
     assert data['machine'][key], key
   programs = {p['program']: p for p in data['programs']}
@@ -83,3 +88,11 @@ def test_table_is_printed(tiny_run):
     assert any(line.startswith(row['benchmark'] + ' ') for line in lines), (
         row['benchmark'])
   assert any(line.startswith('programs (deterministic') for line in lines)
+
+
+def test_dispatch_override_must_be_positive(capsys):
+  with pytest.raises(SystemExit):
+    run.main(['--size', 'tiny', '--dispatch-calls', '0'])
+  assert '--dispatch-calls must be at least 1' in capsys.readouterr().err
+  # the table of sizes itself is not changed by an override
+  assert run.SIZES['tiny']['dispatch_calls'] == 10
