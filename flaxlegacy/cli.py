@@ -118,6 +118,11 @@ def build_parser(prog='flaxlegacy'):
       module = importlib.import_module(module_name)
     except ImportError as e:  # not built yet / missing optional dependency
       p.set_defaults(_unavailable=str(e))
+      # its arguments are unknown here: take them all, so that the error
+      # says why the subcommand cannot run, not that its arguments are
+      # unrecognized
+      p.add_argument('_rest', nargs=argparse.REMAINDER,
+                     help=argparse.SUPPRESS)
       continue
     module.add_arguments(p)
   return parser

@@ -500,3 +500,21 @@ def test_check_reports_uses_that_need_a_restored_behaviour():
       (5, 'jax.numpy.clip(a_max=)', 'supported', note),
       (6, 'Array.clip(a_min=)', 'supported', note),
       (8, 'jax.lax.dynamic_slice(slice_sizes=jnp.array)', 'supported', note)]
+
+
+def test_unavailable_subcommand_says_why_whatever_its_arguments(
+    monkeypatch, capsys):
+  # A subcommand whose module cannot be imported (a missing dependency,
+  # e.g. libcst for `upgrade`) names the import error, also when it is
+  # given the arguments it would take: not argparse's "unrecognized
+  # arguments" about them.
+  from flaxlegacy import cli  # pylint: disable=g-import-not-at-top
+  monkeypatch.setitem(cli.SUBCOMMANDS, 'fake',
+                      ('flaxlegacy_no_such_module_x', 'a missing one'))
+  for argv in (['fake'], ['fake', 'src/', '--out', 'dst/']):
+    with pytest.raises(SystemExit) as e:
+      cli.main(argv, prog='flaxlegacy')
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert ("flaxlegacy: error: fake is unavailable: No module named "
+            "'flaxlegacy_no_such_module_x'") in err, err
