@@ -587,6 +587,10 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   new_module = array_keys.run(file_facts, report, module, code)
   if new_module is not module:
     module, statement_texts, code = new_module, None, None
+  from flaxlegacy.upgrade.rules import value_initializers  # pylint: disable=g-import-not-at-top
+  new_module = value_initializers.run(report, module, code)
+  if new_module is not module:
+    module, statement_texts, code = new_module, None, None
   ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
   upgrader = Upgrader(ctx)
   if statement_texts is None:
