@@ -55,6 +55,7 @@ import glob
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -373,6 +374,44 @@ def prepare_data(args):
                   '--data_dir', tfds_dir], check=True, env=env)
 
 
+def observe_command(cb, src, args):
+  """The shell command ``flaxlegacy upgrade --observe`` runs: the selected
+  test files on the flaxlegacy side, each as run_file runs it (that side's
+  interpreter, environment and working directory; the hook's PYTHONPATH,
+  which the upgrade puts first, kept in front), one after another."""
+  python, _, extra_env = side_command('flaxlegacy', cb, args)
+  files = test_files(cb, src)
+  if args.files:
+    files = [f for f in files if any(fnmatch.fnmatch(f, g)
+                                     for g in args.files)]
+  skip = cb.get('skip_files', {})
+  env = {'HOME': os.path.join(args.workdir, 'home'),
+         'TFDS_DATA_DIR': os.path.join(args.workdir, 'tfds'),
+         'TMPDIR': os.path.join(args.workdir, cb['name'], 'tmp-observe')}
+  for d in env.values():
+    os.makedirs(d, exist_ok=True)
+  env.update(cb.get('env', {}))
+  env.update(extra_env)
+  paths = os.pathsep.join(os.path.join(src, p)
+                          for p in cb.get('pythonpath', ['.']))
+  cwd = os.path.join(src, cb.get('cwd', '.'))
+  parts = []
+  for relfile in files:
+    if relfile in skip:
+      continue
+    if cb.get('harness', 'pytest') == 'absltest':
+      argv = [python, '-m', relfile[:-3].replace('/', '.')]
+    else:
+      argv = [python, '-m', 'pytest', os.path.relpath(
+          os.path.join(src, relfile), cwd), '-q', '-p', 'no:cacheprovider',
+              '--rootdir', src] + cb.get('pytest_args', [])
+    parts.append('timeout %d env %s PYTHONPATH="$PYTHONPATH%s%s" %s' % (
+        args.timeout, ' '.join(shlex.quote('%s=%s' % kv)
+                               for kv in sorted(env.items())),
+        os.pathsep, paths, ' '.join(shlex.quote(a) for a in argv)))
+  return 'cd %s && { %s; }' % (shlex.quote(cwd), '; '.join(parts) or 'true')
+
+
 def upgrade_tree(cb, src, args):
   """`flaxlegacy upgrade SRC --out WORK/name/upgraded`; its summary."""
   dest = os.path.join(args.workdir, cb['name'], 'upgraded')
@@ -385,9 +424,13 @@ def upgrade_tree(cb, src, args):
   env['PYTHONPATH'] = args.flaxlegacy_path
   cmd = ['nice', '-n', '10', args.flaxlegacy_python, '-m', 'flaxlegacy',
          'upgrade', src, '--out', dest]
+  if getattr(args, 'observe', False):
+    cmd += ['--observe', observe_command(cb, src, args)]
   start = time.time()
   proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-  summary = {'command': ' '.join(cmd[3:]), 'returncode': proc.returncode,
+  summary = {'command': ' '.join(shlex.quote(c) for c in cmd[3:]),
+             'observe': bool(getattr(args, 'observe', False)),
+             'returncode': proc.returncode,
              'seconds': round(time.time() - start, 1),
              'flaxlegacy_commit': _checkout_commit(args.flaxlegacy_path),
              'upgrade_json': os.path.join(dest, 'upgrade.json'),
@@ -913,6 +956,12 @@ def parse_args(argv=None):
   p.add_argument('--upgraded-env', action='append',
                  help='KEY=VALUE for the upgraded side (FLAXLEGACY=off is '
                  'always set first)')
+  p.add_argument('--observe', action='store_true',
+                 help='upgrade with `flaxlegacy upgrade --observe`: the '
+                 'selected test files run first on the flaxlegacy side and '
+                 'what reaches each legacy call site feeds the rewrite '
+                 '(use a --workdir and --results of its own to keep the '
+                 'static pass\'s results apart)')
   p.add_argument('--verify', action='store_true',
                  help='verify numerically every module class the upgrade '
                  'rewrote, at the shapes the codebase\'s tests initialise '
