@@ -131,3 +131,38 @@ def test_a_missing_mirror_says_how_to_make_one(tmp_path):
   args = run_corpus.parse_args(['--cache-dir', str(tmp_path)])
   with pytest.raises(SystemExit, match='git clone --bare https://github.com/someone/x'):
     run_corpus.extract(cb, None, args)
+
+
+def test_observe_command_runs_each_test_file_as_the_flaxlegacy_side(
+    tmp_path):
+  # the command `flaxlegacy upgrade --observe` gets: every selected test
+  # file but the skipped ones, with the codebase's env, its PYTHONPATH
+  # entries after whatever PYTHONPATH the upgrade hands it (the hook's)
+  src = tmp_path / 'src'
+  (src / 'tests').mkdir(parents=True)
+  record = tmp_path / 'seen.txt'
+  for name in ('a_test.py', 'b_test.py', 'c_test.py'):
+    (src / 'tests' / name).write_text(
+        'import os\n'
+        'def test_env():\n'
+        f'  with open({str(record)!r}, "a") as f:\n'
+        f'    f.write("{name} " + os.environ["PYTHONPATH"] + " "\n'
+        '            + os.environ["TOY"] + "\\n")\n')
+  cb = {'name': 'toy', 'tests': ['tests/*_test.py'], 'env': {'TOY': 'x y'},
+        'skip_files': {'tests/b_test.py': 'needs a GPU'}}
+  args = run_corpus.parse_args([
+      '--cache-dir', str(tmp_path / 'cache'), '--flaxlegacy-python',
+      sys.executable, '--files', 'tests/[ab]_test.py', '--observe'])
+  cmd = run_corpus.observe_command(cb, str(src), args)
+  env = dict(os.environ, PYTHONPATH=str(tmp_path / 'hook'))
+  env.pop('PYTEST_ADDOPTS', None)
+  proc = subprocess.run(cmd, shell=True, env=env, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  lines = record.read_text().splitlines()
+  assert len(lines) == 1, lines   # c: not selected; b: skipped
+  name, pythonpath, toy = lines[0].split(' ', 2)
+  assert name == 'a_test.py' and toy == 'x y'
+  assert pythonpath.split(os.pathsep)[:2] == [str(tmp_path / 'hook'),
+                                              os.path.join(str(src), '.')], (
+      pythonpath)
