@@ -17,15 +17,11 @@ FLAXLEGACY=off, fails exactly at that line while the legacy code runs under
 the layer.
 """
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
-from flaxlegacy.upgrade import api
 from flaxlegacy.upgrade import upgrade_source
 from flaxlegacy.upgrade.rules import value_initializers
+from tests import upgrade_run
 
 TODO = '# TODO(flaxlegacy upgrade): ' + value_initializers.WHY
 
@@ -135,30 +131,13 @@ def test_conversion_of_an_array_value_is_found():
   assert [lines[i + 1].strip() for i in at] == ['n = int(counts[0])']
 
 
-def _run(root, code, off):
-  env = {k: v for k, v in os.environ.items() if k != 'FLAXLEGACY'}
-  env.update(JAX_PLATFORMS='cpu', PYTHONPATH=str(root))
-  if off:
-    env['FLAXLEGACY'] = 'off'
-  p = subprocess.run([sys.executable, '-c', textwrap.dedent(code)],
-                     cwd=str(root), env=env, capture_output=True, text=True,
-                     timeout=600)
-  assert p.returncode == 0, (root, p.stderr[-3000:])
-  return json.loads(p.stdout.strip().splitlines()[-1])
-
-
 def test_upgraded_code_fails_at_the_todo_line_and_legacy_runs(tmp_path):
-  src = tmp_path / 'src'
-  src.mkdir()
-  (src / 'model.py').write_text(textwrap.dedent(MODEL))
-  out = tmp_path / 'out'
-  status, report = api.upgrade_paths([str(src)], out=str(out))
-  assert status == 0
+  src, out, report = upgrade_run.upgrade_dir(tmp_path, {'model.py': MODEL})
   assert any(value_initializers.WHY in t['why']
              for f in report['files'].values() for t in f['left']), report
-  legacy = _run(src, RUN.format(legacy=True), off=False)
+  legacy = upgrade_run.run_json(src, RUN.format(legacy=True), off=False)
   assert len(legacy['out'][0]) == 3
-  upgraded = _run(out, RUN.format(legacy=False), off=True)
+  upgraded = upgrade_run.run_json(out, RUN.format(legacy=False), off=True)
   assert upgraded['error'] in ('TracerBoolConversionError',
                                'ConcretizationTypeError'), upgraded
   lines = (out / 'model.py').read_text().splitlines()

@@ -1,0 +1,44 @@
+"""Shared by the upgrade tests: upgrade a small source tree, then run a
+snippet in it (legacy code under the layer, upgraded code with
+FLAXLEGACY=off) in a fresh interpreter and read back its last JSON line."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from flaxlegacy.upgrade import api
+
+
+def upgrade_dir(tmp_path, files):
+  """Writes ``files`` ({relative path: source}) under tmp_path/src and
+  upgrades it to tmp_path/out; (src, out, report)."""
+  src = tmp_path / 'src'
+  for rel, text in files.items():
+    p = src / rel
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(textwrap.dedent(text))
+  out = tmp_path / 'out'
+  status, report = api.upgrade_paths([str(src)], out=str(out))
+  assert status == 0
+  return src, out, report
+
+
+def run_json(root, code, off, legacy_stream=False):
+  """Runs ``code`` with ``root`` as working directory and PYTHONPATH; the
+  JSON of its last output line.  ``off``: with FLAXLEGACY=off (the
+  upgraded side); ``legacy_stream``: draw random numbers with the legacy
+  PRNG stream there too (where the draws are inputs of a comparison, as
+  --verify does)."""
+  env = {k: v for k, v in os.environ.items() if k != 'FLAXLEGACY'}
+  env.update(JAX_PLATFORMS='cpu', PYTHONPATH=str(root))
+  if off:
+    env['FLAXLEGACY'] = 'off'
+    if legacy_stream:
+      env['JAX_THREEFRY_PARTITIONABLE'] = 'false'
+  p = subprocess.run([sys.executable, '-c', textwrap.dedent(code)],
+                     cwd=str(root), env=env, capture_output=True, text=True,
+                     timeout=600)
+  assert p.returncode == 0, (root, p.stderr[-3000:])
+  return json.loads(p.stdout.strip().splitlines()[-1])
