@@ -1527,3 +1527,39 @@ def test_call_of_a_module_partial_applies_it():
       jax_key(), x)['params']['Embed_0']['embedding']
   np.testing.assert_array_equal(np.asarray(a), np.asarray(table)[x])
   np.testing.assert_array_equal(np.asarray(b), np.asarray(table)[x + 1])
+
+
+def test_observe_records_only_code_of_the_codebase_files(tmp_path):
+  # code Python generates (a dataclass's __init__, exec'd as <string>)
+  # runs with the working directory's relative name: it is no file of
+  # the codebase, even when the command runs from the codebase's root
+  from flaxlegacy.upgrade import observe  # pylint: disable=g-import-not-at-top
+  src = tmp_path / 'src'
+  src.mkdir()
+  (src / 'models.py').write_text(OBSERVE_FILES['models.py'].replace(
+      '        ', ''))
+  (src / 'run.py').write_text(textwrap.dedent('''\
+      import dataclasses
+
+      import models
+
+
+      @dataclasses.dataclass
+      class Holder:
+        module: object
+
+
+      def build(model_cls):
+        return Holder(model_cls)
+
+
+      build(models.Small)
+      '''))
+  cwd = os.getcwd()
+  os.chdir(src)
+  try:
+    facts = observe.run(f'{sys.executable} run.py', [(str(src), '')])
+  finally:
+    os.chdir(cwd)
+  assert {k[0] for k in facts} == {'run.py'}, facts
+  assert ('run.py', 'build', 'model_cls') in facts, facts

@@ -41,6 +41,8 @@ _codes = {}
 
 
 def _rel(filename):
+  if filename.startswith('<'):  # generated code (<string>: dataclasses ...)
+    return None
   f = os.path.abspath(filename)
   for i, root in enumerate(_ROOTS):
     if f.startswith(root.rstrip(os.sep) + os.sep):
