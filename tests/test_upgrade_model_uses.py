@@ -11,16 +11,13 @@ code runs with the layer off and is compared with the legacy code under
 the layer.
 """
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 
 import numpy as np
 
 from flaxlegacy.upgrade import api
 from flaxlegacy.upgrade import upgrade_source
+from tests import upgrade_run
 
 TODO = '# TODO(flaxlegacy upgrade)'
 
@@ -41,16 +38,7 @@ def _upgrade(tmp_path, files):
   return src, out, report
 
 
-def _run(root, code, off):
-  env = {k: v for k, v in os.environ.items() if k != 'FLAXLEGACY'}
-  env.update(JAX_PLATFORMS='cpu', PYTHONPATH=str(root))
-  if off:
-    env['FLAXLEGACY'] = 'off'
-  p = subprocess.run([sys.executable, '-c', textwrap.dedent(code)],
-                     cwd=str(root), env=env, capture_output=True, text=True,
-                     timeout=600)
-  assert p.returncode == 0, (root, p.stderr[-3000:])
-  return json.loads(p.stdout.strip().splitlines()[-1])
+_run = upgrade_run.run_json
 
 
 MASKS = {
