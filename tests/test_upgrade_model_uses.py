@@ -22,11 +22,7 @@ from tests import upgrade_run
 TODO = '# TODO(flaxlegacy upgrade)'
 
 
-def _write(root, files):
-  for rel, text in files.items():
-    p = root / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(textwrap.dedent(text))
+_write = upgrade_run.write_tree
 
 
 def _upgrade(tmp_path, files):

@@ -22,6 +22,7 @@ import pytest
 from flaxlegacy.upgrade import api
 from flaxlegacy.upgrade import upgrade_source
 from flaxlegacy.upgrade import verify
+from tests import upgrade_run
 
 TODO = '# TODO(flaxlegacy upgrade)'
 
@@ -31,11 +32,7 @@ def up(src):
 
 
 def _upgrade_dir(tmp_path, files, srcs=None):
-  src = tmp_path / 'src'
-  for rel, text in files.items():
-    p = src / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(textwrap.dedent(text))
+  src = upgrade_run.write_tree(tmp_path / 'src', files)
   out = tmp_path / 'out'
   status, report = api.upgrade_paths(
       [str(src / s) for s in srcs] if srcs else [str(src)], out=str(out))

@@ -11,14 +11,19 @@ import textwrap
 from flaxlegacy.upgrade import api
 
 
-def upgrade_dir(tmp_path, files):
-  """Writes ``files`` ({relative path: source}) under tmp_path/src and
-  upgrades it to tmp_path/out; (src, out, report)."""
-  src = tmp_path / 'src'
+def write_tree(root, files):
+  """Writes ``files`` ({relative path: source, dedented}) under ``root``."""
   for rel, text in files.items():
-    p = src / rel
+    p = root / rel
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(textwrap.dedent(text))
+  return root
+
+
+def upgrade_dir(tmp_path, files):
+  """Writes ``files`` under tmp_path/src and upgrades it to tmp_path/out;
+  (src, out, report)."""
+  src = write_tree(tmp_path / 'src', files)
   out = tmp_path / 'out'
   status, report = api.upgrade_paths([str(src)], out=str(out))
   assert status == 0
