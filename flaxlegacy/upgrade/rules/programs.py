@@ -365,7 +365,7 @@ def _class_name(expr):
 PROGRAM_WORDS = re.compile(
     r'\boptim\b|\.target\b|\.state\.step\b|apply_gradient|\.optimize\(|'
     r'init_by_shape|create_by_shape|\.create\(|\.init\(|stateful|'
-    r'stochastic|nn\.Model|restore_checkpoint|replicate\(\)')
+    r'stochastic|nn\.(?:base\.)?Model|restore_checkpoint|replicate\(\)')
 
 
 def _top_names(module):
@@ -1763,6 +1763,11 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     TODO: the model made here has no other use to rewrite)."""
     inner = original.func
     module = inner.args[0].value
+    if objects.model_carried(self.codebase, ('m', self.f.path, id(inner)),
+                             self.model_class):
+      # legacy_model.Model(M, params)(...) (leave_Call rewrote the inner
+      # call): it applies M, known at run time, as legacy did
+      return updated
     info = self._flow_info(module) or aliases.root_info(
         self.codebase, None, _class_name(module))
     fields = set(info.fields) | ({info.var_kw} if info.var_kw else set()) if (
