@@ -170,6 +170,8 @@ PROGRAM = '''
         y = model(x)
       with nn.stateful(new_state, mutable=False):
         y_eval = model(x, train=False)
+      with nn.stateful(new_state, mutable=False):
+        call = model.module.call(model.params, x, train=False)
       with nn.stateful() as shape_state:
         _, shaped = zoo.module_def.create_by_shape(rng, [(2, 4)], train=False)
       with nn.stateful() as init_state:
@@ -181,7 +183,8 @@ PROGRAM = '''
               'init': leaves(params), 'init_state': leaves(init_state.as_dict()),
               'grad_norm': float(train.grad_norm(model, new_state, x)),
               'forward': (leaves(train.forward(zoo.module_def, model.params, x))
-                          if name == 'wide' else [])}
+                          if name == 'wide' else []),
+              'call': leaves(call)}
 
 
     print(json.dumps({n: run(n) for n in ('wide', 'normed')}))
@@ -213,6 +216,9 @@ def test_run_time_class_upgraded_source(zoo):
   assert 'with legacy_model.stateful(new_state, mutable=False):' in prog
   # uses of the carried model stay as they are
   assert 'y = model(x)\n' in prog and 'leaves(model.params)' in prog
+  # the module's legacy class method call, at run time
+  assert ('call = legacy_model.module_call(model.module)(model.params, x, '
+          'train=False)') in prog
   assert TODO not in prog
   assert 'nn.stateful' not in prog
   # the library function that receives the carried model: its block too
@@ -245,6 +251,8 @@ def test_run_time_class_same_numbers(zoo):
   assert upgraded['normed']['state'] != upgraded['normed']['new_state']
   assert not upgraded['wide']['state']
   assert upgraded['wide']['forward'] == upgraded['wide']['y_eval']
+  for name in ('wide', 'normed'):
+    assert upgraded[name]['call'] == upgraded[name]['y_eval']
 
 
 def test_stateful_helper_threads_collections():

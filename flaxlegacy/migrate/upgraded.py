@@ -413,6 +413,19 @@ def init_module(module, rng, /, *args, **kwargs):
   return outputs, params
 
 
+def module_call(module):
+  """Legacy ``model.module.call`` of a model whose module is known only at
+  run time: ``f(params, *inputs, **kwargs)`` applies ``module`` with
+  ``params`` (the keywords split between fields and ``__call__`` by the
+  class's fields), in the innermost ``stateful`` block's collections."""
+
+  def call(params, *args, **kwargs):
+    ctor, rest = _model_split(module, kwargs)
+    return _stateful_apply(_model_instance(module, ctor), params, args,
+                           _stochastic_rngs(rest))
+  return call
+
+
 def _shape_inputs(input_specs):
   """Zeros of legacy ``init_by_shape`` input specs (a shape, or a
   ``(shape, dtype)`` pair; float32 where no dtype is given)."""

@@ -17,6 +17,8 @@ upgraded.py, shipped as ``legacy_helpers``):
 * ``X.create_by_shape`` -> ``legacy_model.create_module_by_shape``;
   ``X.init`` / ``X.init_by_shape`` -> ``legacy_model.init_module`` /
   ``init_module_by_shape`` (the parameters, as legacy);
+* ``m.module.call`` of such a carried model (legacy ``Module.call(params,
+  *inputs)``) -> ``legacy_model.module_call(m.module)``;
 * a ``with nn.stateful(...) as s:`` block whose model calls or inits are
   of such carried models (and of nothing the program rules thread
   statically) -> ``with legacy_model.stateful(...) as s:``: those calls
@@ -94,14 +96,19 @@ def mark_runtime(rw):
 
 
 def carried_call(rw, call):
-  """``m(...)`` / ``m.method(...)`` of a model that carries its module:
-  the innermost ``nn.stateful`` block must run at run time."""
+  """``m(...)`` / ``m.method(...)`` / ``m.module.call(...)`` of a model
+  that carries its module: the innermost ``nn.stateful`` block must run at
+  run time."""
   f = call.func
-  if isinstance(f, cst.Attribute) and not isinstance(f.value, cst.Call) and (
-      _carried(rw, f.value)):
-    mark_runtime(rw)
-  elif _carried(rw, f):
-    mark_runtime(rw)
+  # m(...), m.method(...), m.module.call(...): the model is the callee or
+  # a prefix of its attribute chain
+  while isinstance(f, (cst.Name, cst.Attribute)):
+    if _carried(rw, f):
+      mark_runtime(rw)
+      return
+    if isinstance(f, cst.Name):
+      return
+    f = f.value
 
 
 def _carried(rw, expr):
@@ -142,3 +149,20 @@ def runtime_lifecycle(rw, call):
   if f.attr.value.startswith('create'):
     return objects.model_carried(rw.codebase, ('mc', rw.f.path, id(call)))
   return runtime_module(rw, f.value, f.attr.value)
+
+
+def module_call(rw, original, updated):
+  """``m.module.call`` of a model that carries its module (legacy
+  ``Module.call(params, *inputs)``, a class method of the module the model
+  was made of) -> ``legacy_model.module_call(m.module)``: the same function
+  of the parameters and inputs, applying the module known at run time.
+  Returns the new node, or None."""
+  inner = original.value
+  if not (original.attr.value == 'call' and isinstance(inner, cst.Attribute)
+          and inner.attr.value == 'module' and _carried(rw, inner.value)):
+    return None
+  rw.imports.add('from flaxlegacy.migrate import upgraded as legacy_model')
+  rw.note(original, 'model.module.call of a model that carries its module '
+          '-> legacy_model.module_call')
+  return cst.Call(func=cst.parse_expression('legacy_model.module_call'),
+                  args=[cst.Arg(value=updated.value)])

@@ -2057,6 +2057,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
 
   def leave_Attribute(self, original_node, updated_node):
     a = original_node.attr.value
+    new = lifecycle_runtime.module_call(self, original_node, updated_node)
+    if new is not None:
+      return new
     if self._in_type and self.is_nn(original_node, 'Model'):
       # a type: what the model is now (its parameters, or a legacy Model
       # kept with a TODO where it is made) has no single class
