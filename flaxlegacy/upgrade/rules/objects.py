@@ -142,7 +142,9 @@ def kind_of_values(vals, codebase=None):
   others = {v[0] for v in vals if _kind(v) is None} - {
       'unknown', 'none', 'ginval'}
   if others:
-    return None, (f'it holds a legacy {kind} in some runs and something '
+    what = ('model that carries its module (legacy_model.Model)'
+            if kind == CARRIED else kind)
+    return None, (f'it holds a legacy {what} in some runs and something '
                   f'else ({", ".join(sorted(others))}) in others'), unknown
   return kind, None, unknown
 
