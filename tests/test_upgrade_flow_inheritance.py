@@ -158,9 +158,12 @@ def _upgrade(tmp_path, files):
   return src, out, report
 
 
-def test_keyword_whose_split_differs_across_the_values_gets_a_todo(tmp_path):
+def test_keyword_whose_split_differs_across_the_values_split_at_run_time(
+    tmp_path):
   """``scale`` given at init: a field of NetA, a call argument of NetB
-  (an array there); the attribute holds both, so no one rewrite is right."""
+  (an array there); the attribute holds both, so no one static rewrite is
+  right: the init is carried to run time, where the class at hand splits
+  the keywords (rules/lifecycle_runtime.py)."""
   nets = NETS.replace(
       '''      def apply(self, x, width=3, scale=1.0):
         return nn.Dense(x, width, kernel_init=nn.initializers.ones) * scale''',
@@ -172,14 +175,19 @@ def test_keyword_whose_split_differs_across_the_values_gets_a_todo(tmp_path):
   _, out, _ = _upgrade(tmp_path, {'nets.py': nets, 'models.py': MODELS,
                                   'prog.py': prog})
   new = (out / 'prog.py').read_text()
-  assert 'TODO(flaxlegacy upgrade)' in new, new
-  assert 'init_by_shape' in new  # left as it was
+  assert 'TODO(flaxlegacy upgrade)' not in new, new
+  assert ('_, params = legacy_model.init_module_by_shape(model.module_def, '
+          'jax.random.PRNGKey(0), [((1, 3), jnp.float32)], '
+          'scale=jnp.ones(2))') in new, new
+  # the model of either class carries it
+  assert 'flax_module = legacy_model.Model(model.module_def, params)' in new
 
 
-def test_life_cycle_in_a_file_without_flax_imports_gets_a_todo(tmp_path):
+def test_life_cycle_in_a_file_without_flax_imports_carried_to_run_time(tmp_path):
   """A test that builds its model through the library only (no flax
   import of its own): ``X.create(rng, x)`` on a value that holds legacy
-  module classes is still the legacy life cycle, never left silently."""
+  module classes is still the legacy life cycle, never left silently:
+  classes of different parameters, carried to run time."""
   prog = '''\
       import jax
       import jax.numpy as jnp
@@ -196,5 +204,6 @@ def test_life_cycle_in_a_file_without_flax_imports_gets_a_todo(tmp_path):
   _, out, _ = _upgrade(tmp_path, {'nets.py': NETS, 'models.py': MODELS,
                                   'prog.py': prog})
   new = (out / 'prog.py').read_text()
-  assert ('# TODO(flaxlegacy upgrade): model.module_def.create(...) with a '
-          'pair target: legacy module life cycle') in new, new
+  assert ('_, flax_module = legacy_model.create_module(model.module_def, '
+          'jax.random.PRNGKey(0), jnp.ones((1, 3)))') in new, new
+  assert 'TODO(flaxlegacy upgrade)' not in new, new

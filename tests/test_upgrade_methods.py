@@ -189,6 +189,7 @@ TEST_FILE = '''
 
       def test_more(self):
         self.assertAllClose({'a': 1.}, {'a': 1.})
+        self.assertArraysAllClose(jnp.zeros(2), jnp.zeros(2), atol=1e-3)
 
 
     if __name__ == '__main__':
@@ -206,6 +207,8 @@ def test_jax_test_case_rewritten():
   assert ('_assert_all_close(jnp.ones(3), jnp.ones(3), check_dtypes=False)'
           in out)
   assert "_assert_all_close({'a': 1.}, {'a': 1.})" in out
+  # the array check of JaxTestCase: the same keywords, the same leaf check
+  assert '_assert_all_close(jnp.zeros(2), jnp.zeros(2), atol=1e-3)' in out
   assert out.count('def _assert_all_close(') == 1
   assert not report.left
   assert upgrade_source(out)[0] == out  # idempotent

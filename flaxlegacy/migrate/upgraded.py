@@ -342,8 +342,8 @@ class Model:
 
   def __call__(self, *args, **kwargs):
     ctor, call = _model_split(self.module, kwargs)
-    return _model_instance(self.module, ctor).apply(
-        {'params': self.params}, *args, **_stochastic_rngs(call))
+    return _stateful_apply(_model_instance(self.module, ctor), self.params,
+                           args, _stochastic_rngs(call))
 
   def __getattr__(self, name):
     # model.encode(x): a method of the module (a legacy module_method),
@@ -357,9 +357,8 @@ class Model:
 
     def apply_method(*args, **kwargs):
       ctor, call = _model_split(self.module, kwargs)
-      return _model_instance(self.module, ctor).apply(
-          {'params': self.params}, *args, method=name,
-          **_stochastic_rngs(call))
+      return _stateful_apply(_model_instance(self.module, ctor), self.params,
+                             args, dict(_stochastic_rngs(call), method=name))
     return apply_method
 
   def replace(self, **updates):
@@ -396,8 +395,133 @@ def init_module(module, rng, /, *args, **kwargs):
   """Legacy ``module.init(rng, *inputs, **kwargs)`` of a linen module class
   (or ``functools.partial`` of one) known only at run time: ``(outputs,
   params)``, the keywords split between fields and ``__call__`` by the
-  class's fields."""
+  class's fields.  Inside a ``stateful`` block the module's other
+  collections (batch statistics) go to the block's state, as legacy
+  ``init`` inside ``nn.stateful()`` wrote them to its collection."""
   ctor, call = _model_split(module, kwargs)
+  rngs = rng
+  if _FRAMES and 'rngs' not in call:
+    # legacy init inside ``nn.stochastic(key)`` drew its dropout keys there
+    rngs = {'params': rng, 'dropout': _FRAMES[-1].rng}
   outputs, variables = _model_instance(module, ctor).init_with_output(
-      rng, *args, **call)
-  return outputs, variables.get('params', {})
+      rngs, *args, **call)
+  variables = dict(variables)
+  params = variables.pop('params', {})
+  frame = _STATE_FRAMES[-1] if _STATE_FRAMES else None
+  if frame is not None and frame.mutable:
+    frame.state.update(variables)
+  return outputs, params
+
+
+def module_call(module):
+  """Legacy ``model.module.call`` of a model whose module is known only at
+  run time: ``f(params, *inputs, **kwargs)`` applies ``module`` with
+  ``params`` (the keywords split between fields and ``__call__`` by the
+  class's fields), in the innermost ``stateful`` block's collections."""
+
+  def call(params, *args, **kwargs):
+    ctor, rest = _model_split(module, kwargs)
+    return _stateful_apply(_model_instance(module, ctor), params, args,
+                           _stochastic_rngs(rest))
+  return call
+
+
+def _shape_inputs(input_specs):
+  """Zeros of legacy ``init_by_shape`` input specs (a shape, or a
+  ``(shape, dtype)`` pair; float32 where no dtype is given)."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  out = []
+  for spec in input_specs:
+    if (isinstance(spec, tuple) and len(spec) == 2
+        and isinstance(spec[0], (tuple, list))):
+      shape, dtype = spec
+    else:
+      shape, dtype = spec, jnp.float32
+    out.append(jnp.zeros(tuple(shape), dtype))
+  return out
+
+
+def _output_shapes(outputs):
+  """Legacy ``init_by_shape`` gave the outputs' shapes, not their values."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.tree_util.tree_map(
+      lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype)
+      if hasattr(x, 'shape') and hasattr(x, 'dtype') else x, outputs)
+
+
+def init_module_by_shape(module, rng, input_specs, /, *args, **kwargs):
+  """Legacy ``module.init_by_shape(rng, input_specs, ...)`` of a module
+  known only at run time: ``(output shapes, params)``."""
+  outputs, params = init_module(module, rng, *_shape_inputs(input_specs),
+                                *args, **kwargs)
+  return _output_shapes(outputs), params
+
+
+def create_module(module, rng, /, *args, **kwargs):
+  """Legacy ``module.create(rng, *inputs, ...)`` of a module known only at
+  run time: ``(outputs, Model(module, params))``."""
+  outputs, params = init_module(module, rng, *args, **kwargs)
+  return outputs, Model(module, params)
+
+
+def create_module_by_shape(module, rng, input_specs, /, *args, **kwargs):
+  """Legacy ``module.create_by_shape(rng, input_specs, ...)`` of a module
+  known only at run time: ``(output shapes, Model(module, params))``."""
+  outputs, params = init_module_by_shape(module, rng, input_specs, *args,
+                                         **kwargs)
+  return outputs, Model(module, params)
+
+
+# --- nn.stateful around models that carry their module ---------------------
+#
+# A legacy ``with nn.stateful(state) as new_state:`` block gave every module
+# called in it (however deep) the collections of ``state``; ``new_state``
+# received what they wrote.  Where the upgrade cannot thread the state
+# through ``apply(..., mutable=...)`` itself (the model carries a module
+# known only at run time), the block becomes ``with stateful(state) as
+# new_state:``: a ``Model`` called (or a module initialised) inside it
+# applies with these collections and writes the ones it changes back.  The
+# state is a dict of collections (``{'batch_stats': {...}}``), as the
+# upgraded program's other state is.
+
+_STATE_FRAMES = []
+
+
+class stateful:  # pylint: disable=invalid-name
+  """``with stateful(state=None, mutable=True) as new_state:``.
+
+  ``new_state`` is a new dict holding ``state``'s collections, updated in
+  place by each call of a ``Model`` in the block (``state`` is left as it
+  was); ``mutable=False``: the block reads ``state`` and writes nothing
+  (``new_state`` is ``state``).
+  """
+
+  def __init__(self, state=None, mutable=True):
+    self._given = {} if state is None else state
+    self.mutable = mutable
+    self.state = None
+
+  def __enter__(self):
+    self.state = dict(self._given) if self.mutable else self._given
+    _STATE_FRAMES.append(self)
+    return self.state
+
+  def __exit__(self, *exc):
+    _STATE_FRAMES.remove(self)
+    return False
+
+
+def _stateful_apply(instance, params, args, kwargs):
+  """``instance.apply`` with ``params`` and the innermost ``stateful``
+  block's collections (written back when the block is mutable)."""
+  frame = _STATE_FRAMES[-1] if _STATE_FRAMES else None
+  if frame is None or not frame.state and not frame.mutable:
+    return instance.apply({'params': params}, *args, **kwargs)
+  from flax.core import DenyList  # pylint: disable=g-import-not-at-top
+  variables = {'params': params, **frame.state}
+  if not frame.mutable:
+    return instance.apply(variables, *args, **kwargs)
+  outputs, changed = instance.apply(variables, *args,
+                                    mutable=DenyList('params'), **kwargs)
+  frame.state.update(changed)
+  return outputs

@@ -118,6 +118,13 @@ def _import_name(alias):
   return dotted(alias.name)
 
 
+# what legacy ``flax.nn`` re-exported from ``flax.nn.base`` (``nn.base.X``
+# is ``nn.X``); ``base.Module`` is left to the class rules, which name it
+BASE_REEXPORTS = frozenset(('Model', 'Collection', 'capture_module_outputs',
+                            'module', 'stateful', 'get_state',
+                            'module_method'))
+
+
 def legacy_attr(node, prefixes):
   """'Dense' for ``nn.Dense`` when ``nn`` is a legacy prefix, else None."""
   name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
@@ -130,7 +137,11 @@ def legacy_attr(node, prefixes):
     return None  # nn.Conv(...).sum: an attribute of a value, not of nn
   for p in prefixes:
     if name.startswith(p + '.'):
-      return name[len(p) + 1:]
+      attr = name[len(p) + 1:]
+      head, _, rest = attr.partition('.')
+      if head == 'base' and rest in BASE_REEXPORTS:
+        return rest  # nn.base.Model is nn.Model
+      return attr
   return None
 
 

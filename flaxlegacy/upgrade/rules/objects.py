@@ -109,8 +109,8 @@ def _kind(v, codebase=None):
   if v[0] == 'optimizer':
     return 'optimizer'
   if v[0] == 'model':
-    if codebase is not None and v[1][0] == 'm' and model_carried(codebase,
-                                                                 v[1]):
+    if codebase is not None and v[1][0] in ('m', 'mc') and model_carried(
+        codebase, v[1]):
       return CARRIED
     return 'model'
   return None
@@ -142,7 +142,9 @@ def kind_of_values(vals, codebase=None):
   others = {v[0] for v in vals if _kind(v) is None} - {
       'unknown', 'none', 'ginval'}
   if others:
-    return None, (f'it holds a legacy {kind} in some runs and something '
+    what = ('model that carries its module (legacy_model.Model)'
+            if kind == CARRIED else kind)
+    return None, (f'it holds a legacy {what} in some runs and something '
                   f'else ({", ".join(sorted(others))}) in others'), unknown
   return kind, None, unknown
 
@@ -234,9 +236,11 @@ def model_carried(codebase, site, model_class=None):
   One answer for every file (the facts only), so the call and each use
   agree."""
   flow = _flow(codebase)
-  if flow is None or site[0] != 'm':
+  if flow is None or site[0] not in ('m', 'mc'):
     return False
   del model_class  # one answer whichever file asks
+  if site[0] == 'mc':
+    return created_carried(codebase, site)
   cache = getattr(flow, 'carried_cache', None)
   if cache is None:
     cache = flow.carried_cache = {}
@@ -257,6 +261,35 @@ def model_carried(codebase, site, model_class=None):
       cache[site] = any(v[0] == 'class' for v in vals) and not (
           _module_named(codebase, flow, site))
   return cache[site]
+
+
+def created_carried(codebase, site):
+  """Whether the model ``X.create(rng, ...)`` / ``X.create_by_shape``
+  makes at ``site`` (``('mc', rel, id(call))``) carries its module: X holds
+  user module classes only (at least two, each one the upgrade converts),
+  of different parameters, so no ``M().apply`` can be written for it; the
+  call becomes ``legacy_model.create_module(X, ...)`` and every use of the
+  model stays as it is (rules/lifecycle_runtime.py)."""
+  flow = _flow(codebase)
+  vals = flow.values.get(site, set()) if flow is not None else set()
+  return runtime_module_classes(codebase, vals)
+
+
+def runtime_module_classes(codebase, vals):
+  """Whether ``vals`` (what an expression used as a legacy module holds)
+  are user module classes the upgrade converts, at least two, of
+  different parameters: the module is known only at run time."""
+  vals = [v for v in vals if v[0] != 'none']
+  if len({(v[1], v[2]) for v in vals if v[0] == 'class'}) < 2 or any(
+      v[0] != 'class' for v in vals):
+    return False
+  for v in vals:
+    f = codebase.files.get(v[1])
+    info = f.modules.get(v[2]) if f is not None else None
+    if info is None or info.problems or info.kind != 'class':
+      return False
+  choice, _ = flow_lib.module_choice(codebase, vals)
+  return choice is None
 
 
 def _module_named(codebase, flow, site):

@@ -62,6 +62,7 @@ from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import aliases
 from flaxlegacy.upgrade.rules import attention_cache
+from flaxlegacy.upgrade.rules import lifecycle_runtime
 from flaxlegacy.upgrade.rules import model_uses
 from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules import optimizer_defs
@@ -364,7 +365,7 @@ def _class_name(expr):
 PROGRAM_WORDS = re.compile(
     r'\boptim\b|\.target\b|\.state\.step\b|apply_gradient|\.optimize\(|'
     r'init_by_shape|create_by_shape|\.create\(|\.init\(|stateful|'
-    r'stochastic|nn\.Model|restore_checkpoint|replicate\(\)')
+    r'stochastic|nn\.(?:base\.)?Model|restore_checkpoint|replicate\(\)')
 
 
 def _top_names(module):
@@ -1002,7 +1003,8 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       fn = v.func
       names = [e.value.value if isinstance(e.value, cst.Name) else None
                for e in t.elements]
-      if isinstance(fn, cst.Attribute) and fn.attr.value in LIFECYCLE:
+      if isinstance(fn, cst.Attribute) and fn.attr.value in LIFECYCLE and (
+          not lifecycle_runtime.runtime_lifecycle(self, v)):
         if len(names) == 2 and names[1]:
           self.scope.kinds[names[1]] = MODEL
           self.scope.apply_of[names[1]] = self.module_ctor(fn.value
@@ -1104,6 +1106,10 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if not isinstance(ov, cst.Call) or not isinstance(ov.func, cst.Attribute):
       return self._stateful_assign(orig, stmt, line)
     attr = ov.func.attr.value
+    runtime = lifecycle_runtime.lifecycle_assign(self, ov, v, t)
+    if runtime is not None:
+      self.imports.add(MODEL_HELPER_IMPORT)
+      return [_s(runtime)]
     if attr in ('init', 'create') and isinstance(t, (cst.Tuple, cst.List)) \
         and len(t.elements) == 2 and ov.args and (
             self.f.nn_prefixes or self._may_hold_module(ov.func.value)) and not (
@@ -1290,7 +1296,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
             mutable = self.ctx.code_of(a.value) != 'False'
         target = (self.ctx.code_of(item.asname.name) if item.asname else None)
         self._stateful.append([state, target, mutable, False,
-                               'batch_stats'])
+                               'batch_stats', False])
       cache = attention_cache.mutate_block(self, item)
       if cache is not None:
         # a legacy attention cache block: its model call or init threads
@@ -1298,7 +1304,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         state = (self.ctx.code_of(cache[1]) if cache[1] is not None
                  else None)
         self._stateful.append([state, item.asname.name.value, True, False,
-                               attention_cache.COLLECTION])
+                               attention_cache.COLLECTION, False])
       if isinstance(call, cst.Call) and self.is_nn(call.func, 'stochastic'):
         self._stochastic.append(self.ctx.code_of(call.args[0].value))
     return True
@@ -1324,6 +1330,12 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     if not handled:
       return updated_node.with_changes(items=_clean(items))
     if not all(h[3] for h in handled):
+      runtime = lifecycle_runtime.runtime_block(
+          self, original_node, updated_node, handled, items,
+          lambda item: isinstance(item.item, cst.Call) and self.is_nn(
+              item.item.func, 'stateful'), _clean)
+      if runtime is not None:
+        return runtime
       what = ('legacy attention cache block' if any(
           h[4] == attention_cache.COLLECTION for h in handled)
               else 'nn.stateful block')
@@ -1486,6 +1498,8 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
   # -- expressions --
   def leave_Call(self, original_node, updated_node):
     f = original_node.func
+    if self._stateful:
+      lifecycle_runtime.carried_call(self, original_node)
     new = attention_cache.initialize_cache(self, original_node, updated_node)
     if new is not None:
       return new
@@ -1749,6 +1763,11 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     TODO: the model made here has no other use to rewrite)."""
     inner = original.func
     module = inner.args[0].value
+    if objects.model_carried(self.codebase, ('m', self.f.path, id(inner)),
+                             self.model_class):
+      # legacy_model.Model(M, params)(...) (leave_Call rewrote the inner
+      # call): it applies M, known at run time, as legacy did
+      return updated
     info = self._flow_info(module) or aliases.root_info(
         self.codebase, None, _class_name(module))
     fields = set(info.fields) | ({info.var_kw} if info.var_kw else set()) if (
@@ -2038,6 +2057,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
 
   def leave_Attribute(self, original_node, updated_node):
     a = original_node.attr.value
+    new = lifecycle_runtime.module_call(self, original_node, updated_node)
+    if new is not None:
+      return new
     if self._in_type and self.is_nn(original_node, 'Model'):
       # a type: what the model is now (its parameters, or a legacy Model
       # kept with a TODO where it is made) has no single class

@@ -9,8 +9,10 @@ pass (run on each file after the other rules) rewrites:
   ``jax.test_util``, or spelled ``jax.test_util.JaxTestCase``) ->
   ``parameterized.TestCase`` from ``absl.testing`` (JaxTestCase was one, so
   ``@parameterized`` tests keep working);
-* ``self.assertAllClose(x, y, ...)`` in such a class (or a subclass of one
-  in the same file) -> ``_assert_all_close(x, y, ...)``, a function the
+* ``self.assertAllClose(x, y, ...)`` (and ``self.assertArraysAllClose(x,
+  y, ...)``, its check of two arrays: the same keywords, the same leaf
+  check) in such a class (or a subclass of one in the same file) ->
+  ``_assert_all_close(x, y, ...)``, a function the
   pass writes once into the file: same tree structure, shapes, dtypes when
   ``check_dtypes`` (canonicalized as JAX stores them), and
   ``numpy.testing.assert_allclose`` per leaf with atol = rtol = JAX's old
@@ -33,7 +35,7 @@ from flaxlegacy.upgrade.rules import jax_names
 MODULE = 'jax.test_util'
 STILL_PUBLIC = frozenset(('check_grads', 'check_jvp', 'check_vjp'))
 JAX_TEST_CASE_ONLY = frozenset((
-    'rng', 'assertArraysAllClose', 'assertArraysEqual', 'assertDtypesMatch',
+    'rng', 'assertArraysEqual', 'assertDtypesMatch',
     'assertMultiLineStrippedEqual', '_CompileAndCheck', '_CheckAgainstNumpy',
     'assertAllCloseToleranceDict'))
 HELPER = '_assert_all_close'
@@ -155,9 +157,9 @@ class _Pass(transform.TodoComments, cst.CSTTransformer):
             and isinstance(f, cst.Attribute)
             and isinstance(f.value, cst.Name) and f.value.value == 'self'):
       return updated_node
-    if f.attr.value == 'assertAllClose':
+    if f.attr.value in ('assertAllClose', 'assertArraysAllClose'):
       self.used_helper = True
-      self.rewrote(original_node, 'self.assertAllClose -> '
+      self.rewrote(original_node, f'self.{f.attr.value} -> '
                    f'{HELPER} (numpy.testing)')
       return updated_node.with_changes(func=cst.Name(HELPER))
     if f.attr.value in JAX_TEST_CASE_ONLY:
