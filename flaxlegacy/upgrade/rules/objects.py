@@ -109,8 +109,8 @@ def _kind(v, codebase=None):
   if v[0] == 'optimizer':
     return 'optimizer'
   if v[0] == 'model':
-    if codebase is not None and v[1][0] == 'm' and model_carried(codebase,
-                                                                 v[1]):
+    if codebase is not None and v[1][0] in ('m', 'mc') and model_carried(
+        codebase, v[1]):
       return CARRIED
     return 'model'
   return None
@@ -157,6 +157,21 @@ def param_kind(codebase, rel, qual, name, model_class=None):
   if why:  # --observe: the run and the source disagree
     return None, why, False
   vals = flow.param_values(rel, qual, name)
+  kept = kept_optimizers(codebase, vals, model_class)
+  if kept:
+    return (None, f'it holds a legacy optimizer the upgrade keeps '
+            f'({kept[0]})', False)
+  return kind_of_values(vals, codebase)
+
+
+def name_kind(codebase, rel, qual, name, model_class=None):
+  """(kind, why, unknown) for a variable ``name`` seen in scope ``qual``
+  (a local bound to what a codebase function returns: ``opt =
+  model.get_weights()``), as ``param_kind``."""
+  flow = _flow(codebase)
+  if flow is None:
+    return None, None, True
+  vals = flow.name_values(rel, qual, name)
   kept = kept_optimizers(codebase, vals, model_class)
   if kept:
     return (None, f'it holds a legacy optimizer the upgrade keeps '
@@ -234,9 +249,11 @@ def model_carried(codebase, site, model_class=None):
   One answer for every file (the facts only), so the call and each use
   agree."""
   flow = _flow(codebase)
-  if flow is None or site[0] != 'm':
+  if flow is None or site[0] not in ('m', 'mc'):
     return False
   del model_class  # one answer whichever file asks
+  if site[0] == 'mc':
+    return _made_model_carried(codebase, flow, site)
   cache = getattr(flow, 'carried_cache', None)
   if cache is None:
     cache = flow.carried_cache = {}
@@ -256,6 +273,28 @@ def model_carried(codebase, site, model_class=None):
       # rules' TODO
       cache[site] = any(v[0] == 'class' for v in vals) and not (
           _module_named(codebase, flow, site))
+  return cache[site]
+
+
+def _made_model_carried(codebase, flow, site):
+  """Whether the model ``M.create(...)`` / ``M.create_by_shape(...)`` makes
+  at ``site`` (``('mc', rel, id(call))``) carries its module: where it goes
+  (a parameter, an attribute, a return, an optimizer ...) its parameters
+  alone cannot follow it (``model_reach``; e.g. a place whose calls cannot
+  name its module, or that also holds values the source does not show).
+  Its module is whatever the expression ``M`` holds at run time (a class or
+  a ``functools.partial`` of one), so nothing has to be known of it but
+  that it is a module class the upgrade converts: never for a legacy layer
+  (linen's has other fields)."""
+  cache = getattr(flow, 'carried_cache', None)
+  if cache is None:
+    cache = flow.carried_cache = {}
+  if site not in cache:
+    vals = flow.values.get(site, set())
+    cache[site] = bool(
+        any(v[0] == 'class' for v in vals)
+        and not any(v[0] == 'layer' for v in vals)
+        and _site_reach(codebase, site))
   return cache[site]
 
 
