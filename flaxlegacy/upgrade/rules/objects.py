@@ -279,9 +279,10 @@ def model_carried(codebase, site, model_class=None):
 def _made_model_carried(codebase, flow, site):
   """Whether the model ``M.create(...)`` / ``M.create_by_shape(...)`` makes
   at ``site`` (``('mc', rel, id(call))``) carries its module: where it goes
-  (a parameter, an attribute, a return, an optimizer ...) its parameters
-  alone cannot follow it (``model_reach``; e.g. a place whose calls cannot
-  name its module, or that also holds values the source does not show).
+  beyond the locals of a function (a parameter, an attribute, a return, a
+  table) its parameters alone cannot follow it (rules/model_uses.py; e.g. a
+  place whose calls cannot name its module, or that also holds values the
+  source does not show).  Locals the program rules follow, call by call.
   Its module is whatever the expression ``M`` holds at run time (a class or
   a ``functools.partial`` of one), so nothing has to be known of it but
   that it is a module class the upgrade converts: never for a legacy layer
@@ -291,10 +292,11 @@ def _made_model_carried(codebase, flow, site):
     cache = flow.carried_cache = {}
   if site not in cache:
     vals = flow.values.get(site, set())
+    u = model_uses.uses(codebase)
     cache[site] = bool(
         any(v[0] == 'class' for v in vals)
         and not any(v[0] == 'layer' for v in vals)
-        and _site_reach(codebase, site))
+        and u is not None and u.kept_beyond.get(('model', site)))
   return cache[site]
 
 
