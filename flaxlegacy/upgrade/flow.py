@@ -37,7 +37,10 @@ containers and subscripts, returns, imports across files,
 ``functools.partial(f, k=v)`` of a codebase function (and jax transforms of
 it), and library calls that return their argument's structure
 (``SAME_STRUCTURE``: ``jax_utils.replicate``, ``restore_checkpoint``'s
-target, ``tree_map``).  A function
+target, ``tree_map``), the aux of ``jax.value_and_grad(f, has_aux=True)``
+/ ``jax.grad(f, has_aux=True)`` (f's second result), ``s.as_dict()`` of a
+collection, and absl's ``@parameterized.parameters`` /
+``.named_parameters`` cases (the arguments of the test method).  A function
 the codebase never calls, or uses as a value (a callback), has
 ``unknown`` arguments: the codebase is taken as closed except where it
 shows that it is not.  A ``@gin.configurable`` one (or one registered with
