@@ -185,6 +185,10 @@ LM = '''\
       def evaluate(self, inputs):
         return self._eval(self.optimizer.target, inputs)
 
+      def param_count(self):
+        return sum(x.size for x in jax.tree_util.tree_leaves(
+            self.optimizer.target.params))
+
       def decode(self, first, length):
         cache = self._cache_def.initialize_cache((first.shape[0], length))
         step = jax.jit(functools.partial(tokens_to_logits,
@@ -255,7 +259,8 @@ LM_TEST = '''\
         x = (jnp.arange(12).reshape((2, 6)) % 7).astype(jnp.int32)
         y = ((jnp.arange(12).reshape((2, 6)) * 3 + 1) % 7).astype(jnp.int32)
         rng = jax.random.PRNGKey(1)
-        out = {'losses': [float(model.fit(x, y, rng)) for _ in range(3)],
+        out = {'count': model.param_count(),
+               'losses': [float(model.fit(x, y, rng)) for _ in range(3)],
                'eval': np.asarray(model.evaluate(x)).tolist()}
         if cache:
           out['decoded'] = np.asarray(model.decode(x[:, :1], 5)).tolist()
@@ -305,6 +310,8 @@ def test_made_model_carries_its_module_source(tmp_path):
           "mutable=['batch_stats'])") in lm
   # the aux of value_and_grad(has_aux=True) holds the collection
   assert 'stats = batch_stats\n' in lm
+  # the optimizer's target is the Model: its .params are the parameters
+  assert 'self.optimizer.params.params))' in lm
   # a file without a flax import reads the TrainState's params
   assert 'model=weights.params,' in finetune
   # a field holding classes of different keywords: split at run time
@@ -325,6 +332,7 @@ def test_made_model_trains_decodes_and_fine_tunes_like_legacy(tmp_path):
   for name, a in legacy.items():
     b = upgraded[name]
     assert a.get('decoded') == b.get('decoded'), name
+    assert a['count'] == b['count'] > 0, name
     for k in ('losses', 'eval', 'tuned', 'eval_tuned'):
       np.testing.assert_allclose(b[k], a[k], rtol=1e-4, atol=1e-4,
                                  err_msg=f'{name} {k}')

@@ -696,6 +696,9 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return k
     if isinstance(expr, cst.Attribute):
       if expr.attr.value == 'target' and self.kind_of(expr.value) == OPT:
+        if objects.carried(self.codebase, self.f.path, self._qual(),
+                           expr)[0]:
+          return None  # a legacy_model.Model: .params and calls as written
         return MODEL
       kind, why, unknown = objects.attr_kind(
           self.codebase, self.f.path, self._qual(), expr, self.model_class)
