@@ -371,8 +371,12 @@ def test_parameterized_cases_are_facts():
       ''')
   new, _ = upgrade_source(src)
   assert 'return got.params' in new, new
-  new, _ = upgrade_source(src.replace('((make,),)', '(*CASES)'))
-  assert 'return got.params' not in new
+  # one argument that is not a tuple or dict: the list of the cases
+  new, _ = upgrade_source(src.replace('((make,),)', '([make])'))
+  assert 'return got.params' in new, new
+  for cases in ('(*CASES)', '(CASES)', '([make, CASE])', '((CASE,),)'):
+    new, _ = upgrade_source(src.replace('((make,),)', cases))
+    assert 'return got.params' not in new, cases
 
 
 def test_model_helper_serializes_as_its_params(tmp_path):

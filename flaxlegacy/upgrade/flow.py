@@ -742,7 +742,18 @@ class Flow:
     d.called = True
     qual = d.enclosing.qual
     changed = False
-    for a in call.args:
+    cases = list(call.args)
+    if len(cases) == 1 and not cases[0].star and not isinstance(
+        cases[0].value, (cst.Tuple, cst.Dict)):
+      # one argument that is not a case (a tuple or a dict) is the
+      # iterable of the cases (absl's rule)
+      one = cases[0].value
+      cases = ([cst.Arg(value=e.value) for e in one.elements
+                if not isinstance(e, cst.StarredElement)]
+               if isinstance(one, cst.List) and not any(
+                   isinstance(e, cst.StarredElement) for e in one.elements)
+               else [cst.Arg(value=one, star='*')])
+    for a in cases:
       case = a.value
       if a.star or a.keyword is not None:
         args = [cst.Arg(value=case, star='*')]  # cases not known here
