@@ -164,14 +164,17 @@ class Resolver:
         return self.locals[expr.value]
       # a hyper-parameter holding a module; an alias X = M.partial(...)
       ref, why = aliases_rule.resolve_field_module(self, expr.value)
-      if (ref is not None and ref.kind == 'class' and self.use is None
-          and self.flow_ok and hasattr(self.up, 'flow_values')):
+      if ((ref is not None and ref.kind == 'class' or why)
+          and self.use is None and self.flow_ok
+          and hasattr(self.up, 'flow_values')):
         # the classes the codebase gives it (flow.py) may split their
-        # keywords otherwise than its default does
-        ref, why = runtime_modules.check(self.up.ctx.codebase,
-                                         self.up.flow_values(expr), ref)
-        if why:
-          why = f'{expr.value!r}: {why}'
+        # keywords otherwise than its default does: split at run time
+        ref2, why2 = runtime_modules.check(self.up.ctx.codebase,
+                                           self.up.flow_values(expr), ref)
+        if ref2 is not None and ref2.extra == 'runtime':
+          ref, why = ref2, None
+        elif why2:
+          ref, why = None, f'{expr.value!r}: {why2}'
       if ref is None and (why or expr.value in getattr(self.up, 'fields',
                                                        ())):
         # what the codebase binds it to, followed through values (flow.py)
@@ -264,7 +267,8 @@ def _type_name(ref):
   if ref.kind == 'attention':
     return attention_rule.TYPE_NAME
   if ref.kind == 'class':
-    return None if ref.extra in ('ambiguous', 'field') else ref.target.name
+    return None if ref.extra in ('ambiguous', 'field', 'runtime') else (
+        ref.target.name)
   if ref.kind in ('partial', 'instance'):
     return _type_name(ref.target)
   return None

@@ -59,11 +59,12 @@ def _signature(info):
 
 
 def check(codebase, values, ref):
-  """``ref`` (the default's class, a Ref('class', info, 'field')) checked
-  against ``values`` (what the parameter holds, flow.py): (ref, why).  A
-  Ref of extra 'runtime' when the values are converted module classes of
-  different parameters; the same ref when they split alike (or nothing
-  more is known); (None, why) when some value cannot be split this way."""
+  """``ref`` (what the source alone says the parameter holds: a
+  Ref('class', info, 'field'), or None) checked against ``values`` (what
+  it holds, flow.py): (ref, why).  A Ref of extra 'runtime' when the
+  values are converted module classes of different parameters; ``ref``
+  when they split alike (or nothing more is known); (None, why) when some
+  value cannot be split this way."""
   if values is None:
     return ref, None
   usable = flow_lib.usable(values, None, getattr(codebase, 'flow', None))
@@ -84,7 +85,8 @@ def check(codebase, values, ref):
     infos.append(info)
   if len({_signature(i) for i in infos}) == 1:
     return ref, None
-  return ref._replace(extra='runtime'), None
+  from flaxlegacy.upgrade.rules.modules import Ref  # pylint: disable=g-import-not-at-top
+  return Ref('class', infos[0], 'runtime'), None
 
 
 def call(up, original, updated, ref, auto_name):
