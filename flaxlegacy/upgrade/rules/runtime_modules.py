@@ -92,15 +92,17 @@ def check(codebase, values, ref):
 def call(up, original, updated, ref, auto_name):
   """The rewritten call (``_legacy_module_call(...)``), or ``updated``
   after a TODO."""
-  names = sorted({up.ctx.code_of(original.func)})
   args = list(updated.args)
   positional = [a for a in args if a.keyword is None]
   if any(a.star for a in args) or len(positional) != 1 or (
       args.index(positional[0]) != 0):
-    up.todo(original, f'{names[0]} holds module classes of different '
-            'parameters (which one, only the run can tell): a call with '
-            'positional hyper-parameters, *args or **kwargs cannot be split '
-            'between fields and __call__ here; rewrite it by hand')
+    vals = up.flow_values(original.func) or ()
+    classes = sorted({v[2] for v in vals if v[0] == 'class'})
+    up.todo(original, f'{up.ctx.code_of(original.func)!r} holds modules '
+            f'with different parameters ({classes}): positional '
+            'hyper-parameters, *args or **kwargs only each class\'s '
+            'signature can split (the upgrade splits keywords at run '
+            'time): rewrite its calls by hand')
     return updated
   kwargs = [a for a in args if a.keyword is not None]
   if not any(a.keyword.value == 'name' for a in kwargs):
