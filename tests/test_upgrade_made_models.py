@@ -26,8 +26,7 @@ import numpy as np
 import pytest
 
 from flaxlegacy.upgrade import upgrade_source
-from tests.test_upgrade_port import _run_both
-from tests.test_upgrade_port import _upgrade_dir
+from tests import upgrade_run
 
 TODO = '# TODO(flaxlegacy upgrade)'
 # (by name: benchmarks/upgrade_same_output.py upgrades tests/ with an older
@@ -286,8 +285,7 @@ FILES = {'models.py': MODELS, 'utils.py': UTILS, 'lm.py': LM,
 
 
 def test_made_model_carries_its_module_source(tmp_path):
-  _, out, status, report = _upgrade_dir(tmp_path, FILES)
-  assert status == 0
+  _, out, _ = upgrade_run.upgrade_dir(tmp_path, FILES)
   texts = {f: (out / f).read_text() for f in FILES}
   for f, text in texts.items():
     assert TODO not in text, (f, text)
@@ -327,7 +325,9 @@ def test_made_model_trains_decodes_and_fine_tunes_like_legacy(tmp_path):
   exactly, numbers within rtol = atol = 1e-4 (float32, the same parameters
   on both sides; after five Adam steps, whose update divides by the root of
   small second moments, the sides differ by up to 1.7e-5, measured)."""
-  legacy, upgraded, _ = _run_both(tmp_path, FILES, DRIVE)
+  src, out, _ = upgrade_run.upgrade_dir(tmp_path, FILES)
+  legacy = upgrade_run.run_json(src, DRIVE, off=False)
+  upgraded = upgrade_run.run_json(out, DRIVE, off=True)
   assert set(legacy) == set(upgraded) == {'AddPositions', 'Sinusoid'}
   for name, a in legacy.items():
     b = upgraded[name]
