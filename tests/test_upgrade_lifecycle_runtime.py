@@ -212,10 +212,17 @@ def test_run_time_class_upgraded_source(zoo):
           '[(2, 4)], train=False)') in prog
   assert '_, params = legacy_model.init_module(zoo.module_def, rng, x)' in prog
   assert 'with legacy_model.stateful() as state:' in prog
-  assert 'with legacy_model.stateful(state) as new_state:' in prog
+  # a block whose only statement calls the carried model: the call applies
+  # it with the block's collections (legacy_model.apply_model, what the
+  # program rules write for carried models); the module's class method call
+  # keeps the block at run time
+  assert ("y, new_state = legacy_model.apply_model({'params': model, "
+          "**state}, x, mutable=['batch_stats'])") in prog
+  assert ("y_eval = legacy_model.apply_model({'params': model, "
+          "**new_state}, x, train=False)") in prog
   assert 'with legacy_model.stateful(new_state, mutable=False):' in prog
-  # uses of the carried model stay as they are
-  assert 'y = model(x)\n' in prog and 'leaves(model.params)' in prog
+  # other uses of the carried model stay as they are
+  assert 'leaves(model.params)' in prog
   # the module's legacy class method call, at run time
   assert ('call = legacy_model.module_call(model.module)(model.params, x, '
           'train=False)') in prog
@@ -223,8 +230,8 @@ def test_run_time_class_upgraded_source(zoo):
   assert 'nn.stateful' not in prog
   # the library function that receives the carried model: its block too
   lib = (out / 'zoo' / 'train.py').read_text()
-  assert 'with legacy_model.stateful(state, mutable=False):' in lib
-  assert 'y = model(x, train=False)' in lib
+  assert ("y = legacy_model.apply_model({'params': model, **state}, x, "
+          "train=False)") in lib
   # a model of a class known at run time, made and called in one place
   assert ('return legacy_model.Model(module_def, params)(x, train=False)'
           in lib)

@@ -323,6 +323,25 @@ def _pytree_class(cls):
   return jax.tree_util.register_pytree_node_class(cls)
 
 
+def _model_state_dict(model):
+  return serialization.to_state_dict(model.params)
+
+
+def _model_from_state_dict(model, state):
+  return model.replace(
+      params=serialization.from_state_dict(model.params, state))
+
+
+def _serializable_model(cls):
+  # a checkpoint of a Model (or of a TrainState over one) holds its
+  # parameters as a parameter dict would: a legacy optimizer's target (its
+  # model's params: restore_checkpoint) restores into it
+  serialization.register_serialization_state(
+      cls, _model_state_dict, _model_from_state_dict)
+  return cls
+
+
+@_serializable_model
 @_pytree_class
 class Model:
   """A linen module with its parameters, used as legacy ``nn.Model`` was.
@@ -341,9 +360,19 @@ class Model:
     self.params = params
 
   def __call__(self, *args, **kwargs):
+    return self._apply({}, args, kwargs)
+
+  def _apply(self, collections, args, kwargs):
     ctor, call = _model_split(self.module, kwargs)
-    return _stateful_apply(_model_instance(self.module, ctor), self.params,
-                           args, _stochastic_rngs(call))
+    instance = _model_instance(self.module, ctor)
+    if collections or 'mutable' in call:
+      # collections given with the parameters (apply_model: a cache, a
+      # state), or the caller's own mutable=: applied as given
+      return instance.apply({'params': self.params, **collections}, *args,
+                            **_stochastic_rngs(call))
+    # a plain call: the innermost run-time nn.stateful block's collections
+    return _stateful_apply(instance, self.params, args,
+                           _stochastic_rngs(call))
 
   def __getattr__(self, name):
     # model.encode(x): a method of the module (a legacy module_method),
@@ -387,8 +416,18 @@ class Model:
 
 def apply_model(variables, /, *args, **kwargs):
   """``TrainState.apply_fn`` of a TrainState whose params are a ``Model``:
-  ``state.apply_fn({'params': state.params}, x)`` calls the model."""
-  return variables['params'](*args, **kwargs)
+  ``state.apply_fn({'params': state.params}, x)`` calls the model.  The
+  other collections of ``variables`` (a legacy ``nn.stateful`` state, an
+  attention cache) go with the parameters, and ``mutable=`` / ``rngs=``
+  to ``apply``: ``apply_model({'params': model, **cache}, x, cache=True,
+  mutable=['cache'])`` is the legacy call in a ``cache.mutate()`` block."""
+  model = variables['params']
+  if not isinstance(model, Model):
+    raise TypeError('apply_model: variables[\'params\'] is a '
+                    f'{type(model).__name__}, not a legacy_model.Model (a '
+                    'model that carries its module)')
+  return model._apply(  # pylint: disable=protected-access
+      {k: v for k, v in variables.items() if k != 'params'}, args, kwargs)
 
 
 def init_module(module, rng, /, *args, **kwargs):

@@ -37,7 +37,10 @@ containers and subscripts, returns, imports across files,
 ``functools.partial(f, k=v)`` of a codebase function (and jax transforms of
 it), and library calls that return their argument's structure
 (``SAME_STRUCTURE``: ``jax_utils.replicate``, ``restore_checkpoint``'s
-target, ``tree_map``).  A function
+target, ``tree_map``), the aux of ``jax.value_and_grad(f, has_aux=True)``
+/ ``jax.grad(f, has_aux=True)`` (f's second result), ``s.as_dict()`` of a
+collection, and absl's ``@parameterized.parameters`` /
+``.named_parameters`` cases (the arguments of the test method).  A function
 the codebase never calls, or uses as a value (a callback), has
 ``unknown`` arguments: the codebase is taken as closed except where it
 shows that it is not.  A ``@gin.configurable`` one (or one registered with
@@ -63,6 +66,9 @@ from flaxlegacy.upgrade import gin_bindings
 from flaxlegacy.upgrade import walk
 
 UNKNOWN = ('unknown',)
+# jax transformations whose has_aux=True result holds f's aux (flow keeps
+# where: Flow._aux_result)
+AUX_WRAPPERS = frozenset(('grad', 'value_and_grad'))
 # jax transformations of a function, called with its arguments
 SAME_RETURN = frozenset(('jit', 'pmap', 'vmap', 'remat', 'checkpoint',
                          'named_call', 'xmap'))
@@ -265,6 +271,14 @@ class _Collect(walk.FastVisitor):
     if not in_class:
       self.flow.constraints.append(('def', self.rel, parent.qual,
                                     node.name.value, qual))
+    if in_class:
+      # absl's @parameterized.parameters(...) / .named_parameters(...): the
+      # test runner calls the method with each case's arguments
+      for dec in node.decorators:
+        kind = _parameterized(dec)
+        if kind is not None:
+          self.flow.constraints.append(('cases', self.rel, d, dec.decorator,
+                                        kind == 'named_parameters'))
     # defaults: evaluated where the def is
     ps = node.params
     for p in list(ps.posonly_params) + list(ps.params) + list(
@@ -717,7 +731,52 @@ class Flow:
       return self._gin_statement(c[1], c[2])
     if kind == 'call':
       return self._call(c[1], c[2], c[3])
+    if kind == 'cases':
+      return self._cases(*c[1:])
     return False
+
+  def _cases(self, rel, d, call, named):
+    """The cases of ``@parameterized.parameters(...)`` (``named``:
+    ``.named_parameters``, each case's name first or under
+    ``testcase_name``) bound to the parameters of the method ``d``."""
+    d.called = True
+    qual = d.enclosing.qual
+    changed = False
+    cases = list(call.args)
+    if len(cases) == 1 and not cases[0].star and not isinstance(
+        cases[0].value, (cst.Tuple, cst.Dict)):
+      # one argument that is not a case (a tuple or a dict) is the
+      # iterable of the cases (absl's rule)
+      one = cases[0].value
+      cases = ([cst.Arg(value=e.value) for e in one.elements
+                if not isinstance(e, cst.StarredElement)]
+               if isinstance(one, cst.List) and not any(
+                   isinstance(e, cst.StarredElement) for e in one.elements)
+               else [cst.Arg(value=one, star='*')])
+    for a in cases:
+      case = a.value
+      if a.star or a.keyword is not None:
+        args = [cst.Arg(value=case, star='*')]  # cases not known here
+      elif isinstance(case, (cst.Tuple, cst.List)):
+        els = list(case.elements)[1 if named else 0:]
+        args = [cst.Arg(value=e.value, star='*' if isinstance(
+            e, cst.StarredElement) else '') for e in els]
+      elif isinstance(case, cst.Dict):
+        args = []
+        for e in case.elements:
+          key = (_literal_key(e.key) if isinstance(e, cst.DictElement)
+                 else None)
+          if not isinstance(key, str):
+            args.append(cst.Arg(value=case, star='**'))
+            continue
+          if key != 'testcase_name':
+            args.append(cst.Arg(value=e.value, keyword=cst.Name(key)))
+      elif named:
+        args = [cst.Arg(value=case, star='*')]  # a case built elsewhere
+      else:
+        args = [cst.Arg(value=case)]  # one parameter
+      changed |= self._bind_args(rel, qual, d, args, 0, 1)
+    return changed
 
   def _eval_value(self, rel, qual, value):
     if value is None:
@@ -1045,6 +1104,13 @@ class Flow:
     gin = _gin_call(name, f_facts)
     if gin in GIN_RESULTS:
       return {GINVAL}
+    if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
+        and not call.args):
+      # s.as_dict() of a legacy nn.Collection: its state, which is what the
+      # collection is upgraded (a dict; the program rules drop the call)
+      base = self.expr_values(rel, qual, f.value)
+      if COLLECTION in base:
+        return {COLLECTION} | ({UNKNOWN} if UNKNOWN in base else set())
     if (isinstance(f, cst.Attribute) and f.attr.value == 'copy'
         and not call.args):
       base = self.expr_values(rel, qual, f.value)
@@ -1055,11 +1121,18 @@ class Flow:
       # jax.jit(f) / jax.pmap(f, ...): f, called with the same arguments
       # (jax.grad(f): likewise, returning something else)
       out = set()
+      last = name.split('.')[-1]
+      # grad / value_and_grad with has_aux=True: the call's result holds
+      # the aux (the second element f returns) at a known place
+      aux = last if last in AUX_WRAPPERS and any(
+          a.keyword is not None and a.keyword.value == 'has_aux'
+          and isinstance(a.value, cst.Name) and a.value.value == 'True'
+          for a in call.args) else None
       for v in self.expr_values(rel, qual, call.args[0].value):
-        if v[0] == 'func' and name.split('.')[-1] in SAME_RETURN:
+        if v[0] == 'func' and last in SAME_RETURN:
           out.add(v)
         elif v[0] == 'func':
-          out.add(('wrapped', v[1], v[2]))
+          out.add(('wrapped', v[1], v[2]) + ((aux,) if aux else ()))
         else:
           out.add(UNKNOWN)
       return out
@@ -1095,6 +1168,8 @@ class Flow:
           out.add(UNKNOWN)
       elif v[0] == 'cls':
         out.add(('instance', v[1], v[2]))
+      elif v[0] == 'wrapped' and len(v) == 4:
+        out.add(self._aux_result(rel, call, v))
       elif v[0] == 'method' and v[2] in ('init_by_shape', 'init', 'create',
                                           'create_by_shape'):
         # legacy (outputs, params) / (outputs, model)
@@ -1116,6 +1191,28 @@ class Flow:
       else:
         out.add(UNKNOWN)
     return out
+
+  def _aux_result(self, rel, call, v):
+    """The value of ``jax.value_and_grad(f, has_aux=True)(...)``
+    (``((value, aux), grad)``) or ``jax.grad(f, has_aux=True)(...)``
+    (``(grad, aux)``): aux is the second element of what f returns."""
+    aux = set()
+    for r in self.values.get(('r', v[1], v[2]), set()):
+      if r[0] == 'tuple' and r[2] == 2:
+        aux |= self.values.get((r[1], 1), set())
+      else:
+        aux.add(UNKNOWN)
+    site = ('t', rel, id(call))
+    if v[3] == 'value_and_grad':
+      inner = ('ta', rel, id(call))
+      self._add((inner, 0), {UNKNOWN})
+      self._add((inner, 1), aux)  # (empty until f's return is known)
+      self._add((site, 0), {('tuple', inner, 2)})
+      self._add((site, 1), {UNKNOWN})
+    else:
+      self._add((site, 0), {UNKNOWN})
+      self._add((site, 1), aux)
+    return ('tuple', site, 2)
 
   def _is_optim(self, rel, qual, expr):
     """``optim.X(...)``: a legacy optimizer definition."""
@@ -1602,6 +1699,20 @@ _BUILTINS = frozenset(('len', 'range', 'int', 'float', 'str', 'list', 'dict',
                        'property', 'staticmethod', 'classmethod', 'map',
                        'filter', 'iter', 'next', 'reversed', 'round', 'bool',
                        'repr', 'format', 'open', 'id', 'hash', 'vars'))
+
+
+def _parameterized(d):
+  """'parameters' / 'named_parameters' for absl's ``@parameterized.X(...)``
+  (``from absl.testing import parameterized``), else None."""
+  e = d.decorator
+  if not isinstance(e, cst.Call):
+    return None
+  name = facts_lib.dotted(e.func) or ''
+  head, _, last = name.rpartition('.')
+  if head.split('.')[-1] == 'parameterized' and last in (
+      'parameters', 'named_parameters'):
+    return last
+  return None
 
 
 def _decorator_name(d):

@@ -70,8 +70,10 @@ def lifecycle_assign(rw, orig_call, new_call, target):
   if f.attr.value.startswith('create'):
     # the model it makes: carried where flow.py's site says so, which is
     # what every use of it reads (objects.model_carried)
-    if not objects.model_carried(rw.codebase, ('mc', rw.f.path,
-                                               id(orig_call))):
+    # (a model carried only because it goes beyond a function's locals
+    # keeps the static create: programs.py writes legacy_model.Model)
+    if not objects.created_carried(rw.codebase, ('mc', rw.f.path,
+                                                 id(orig_call))):
       return None
   elif not runtime_module(rw, f.value, f.attr.value):
     return None
@@ -147,7 +149,7 @@ def runtime_lifecycle(rw, call):
   carried to run time (``lifecycle_assign`` rewrites it)."""
   f = call.func
   if f.attr.value.startswith('create'):
-    return objects.model_carried(rw.codebase, ('mc', rw.f.path, id(call)))
+    return objects.created_carried(rw.codebase, ('mc', rw.f.path, id(call)))
   return runtime_module(rw, f.value, f.attr.value)
 
 

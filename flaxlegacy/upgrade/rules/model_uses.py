@@ -168,6 +168,10 @@ class ModelUses:
     self.slot_why = {}  # slot -> why it disagrees ('' if it agrees)
     self.occurrences = {}  # slot -> [(node, parent, grand, rel, qual)]
     self.kept = {}  # model value -> sorted reasons (empty: rewritten)
+    # model value -> the reasons of places that are not locals of a
+    # function (a parameter, an attribute, a return, a table): a model
+    # create_by_shape makes is followed through locals by the program rules
+    self.kept_beyond = {}
     self.files = set()  # files where a place holding a model is used
     self._build()
 
@@ -227,8 +231,13 @@ class ModelUses:
         else:
           by_slot[s] = m
     reasons = {}
+    beyond = {}  # the reasons of places that are not locals
     for m, slots in models.items():
       r = reasons.setdefault(find(m), set())
+      b = beyond.setdefault(find(m), set())
+      for s in slots:
+        if self.slot_why.get(s) and not self._is_local(s):
+          b.add(self.slot_why[s])
       if m[1][0] == 'm' and not self._module_known(m) and any(
           not self._is_local(s) and isinstance(s[0], str)
           and s[0] in ('v', 'a', 'r', 'c') for s in slots):
@@ -240,6 +249,7 @@ class ModelUses:
           r.add(self.slot_why[s])
     for m in models:
       self.kept[m] = sorted(reasons[find(m)])
+      self.kept_beyond[m] = sorted(beyond[find(m)])
 
   def _is_local(self, slot):
     """A variable of a function that is not one of its parameters, or of

@@ -38,6 +38,7 @@ from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
 from flaxlegacy.upgrade.rules import drivers
+from flaxlegacy.upgrade.rules import runtime_modules
 from flaxlegacy.upgrade.rules import splat
 from flaxlegacy.upgrade.rules import subclasses
 from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
@@ -163,6 +164,17 @@ class Resolver:
         return self.locals[expr.value]
       # a hyper-parameter holding a module; an alias X = M.partial(...)
       ref, why = aliases_rule.resolve_field_module(self, expr.value)
+      if ((ref is not None and ref.kind == 'class' or why)
+          and self.use is None and self.flow_ok
+          and hasattr(self.up, 'flow_values')):
+        # the classes the codebase gives it (flow.py) may split their
+        # keywords otherwise than its default does: split at run time
+        ref2, why2 = runtime_modules.check(self.up.ctx.codebase,
+                                           self.up.flow_values(expr), ref)
+        if ref2 is not None and ref2.extra == 'runtime':
+          ref, why = ref2, None
+        elif why2:
+          ref, why = None, f'{expr.value!r}: {why2}'
       if ref is None and (why or expr.value in getattr(self.up, 'fields',
                                                        ())):
         # what the codebase binds it to, followed through values (flow.py)
@@ -255,7 +267,8 @@ def _type_name(ref):
   if ref.kind == 'attention':
     return attention_rule.TYPE_NAME
   if ref.kind == 'class':
-    return None if ref.extra in ('ambiguous', 'field') else ref.target.name
+    return None if ref.extra in ('ambiguous', 'field', 'runtime') else (
+        ref.target.name)
   if ref.kind in ('partial', 'instance'):
     return _type_name(ref.target)
   return None
@@ -998,6 +1011,10 @@ class ApplyRewriter(transform.Upgrader):
     return cst.Call(func=ctor, args=_clean_args(kwargs))
 
   def _module_call(self, original, updated, ref):
+    if ref.kind == 'class' and ref.extra == 'runtime':
+      return runtime_modules.call(
+          self, original, updated, ref, lambda: self._auto_name(
+              original, None, cst.Module([]).code_for_node(updated.func)))
     args = list(updated.args)
     if any(a.star for a in args if a.star == '*'):
       self.todo(original, 'submodule call with *args')

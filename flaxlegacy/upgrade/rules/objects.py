@@ -166,6 +166,21 @@ def param_kind(codebase, rel, qual, name, model_class=None):
   return kind_of_values(vals, codebase)
 
 
+def name_kind(codebase, rel, qual, name, model_class=None):
+  """(kind, why, unknown) for a variable ``name`` seen in scope ``qual``
+  (a local bound to what a codebase function returns: ``opt =
+  model.get_weights()``), as ``param_kind``."""
+  flow = _flow(codebase)
+  if flow is None:
+    return None, None, True
+  vals = flow.name_values(rel, qual, name)
+  kept = kept_optimizers(codebase, vals, model_class)
+  if kept:
+    return (None, f'it holds a legacy optimizer the upgrade keeps '
+            f'({kept[0]})', False)
+  return kind_of_values(vals, codebase)
+
+
 def attr_kind(codebase, rel, qual, expr, model_class=None):
   """(kind, why, unknown) for ``self.x`` / ``obj.x``."""
   vals = values(codebase, rel, qual, expr)
@@ -240,7 +255,11 @@ def model_carried(codebase, site, model_class=None):
     return False
   del model_class  # one answer whichever file asks
   if site[0] == 'mc':
-    return created_carried(codebase, site)
+    # carried: classes of different parameters known only at run time
+    # (the create call itself goes to run time, rules/lifecycle_runtime.py),
+    # or a model that goes where its parameters alone cannot follow it
+    return created_carried(codebase, site) or _made_model_carried(
+        codebase, flow, site)
   cache = getattr(flow, 'carried_cache', None)
   if cache is None:
     cache = flow.carried_cache = {}
@@ -290,6 +309,30 @@ def runtime_module_classes(codebase, vals):
       return False
   choice, _ = flow_lib.module_choice(codebase, vals)
   return choice is None
+
+
+def _made_model_carried(codebase, flow, site):
+  """Whether the model ``M.create(...)`` / ``M.create_by_shape(...)`` makes
+  at ``site`` (``('mc', rel, id(call))``) carries its module: where it goes
+  beyond the locals of a function (a parameter, an attribute, a return, a
+  table) its parameters alone cannot follow it (rules/model_uses.py; e.g. a
+  place whose calls cannot name its module, or that also holds values the
+  source does not show).  Locals the program rules follow, call by call.
+  Its module is whatever the expression ``M`` holds at run time (a class or
+  a ``functools.partial`` of one), so nothing has to be known of it but
+  that it is a module class the upgrade converts: never for a legacy layer
+  (linen's has other fields)."""
+  cache = getattr(flow, 'carried_cache', None)
+  if cache is None:
+    cache = flow.carried_cache = {}
+  if site not in cache:
+    vals = flow.values.get(site, set())
+    u = model_uses.uses(codebase)
+    cache[site] = bool(
+        any(v[0] == 'class' for v in vals)
+        and not any(v[0] == 'layer' for v in vals)
+        and u is not None and u.kept_beyond.get(('model', site)))
+  return cache[site]
 
 
 def _module_named(codebase, flow, site):

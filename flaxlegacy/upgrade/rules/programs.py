@@ -685,9 +685,21 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
         # every value the codebase gives it is an nn.Model it rewrites
         # (flow.py, rules/model_uses.py)
         return MODEL
+      if k is None and not self.scope.has(expr.value):
+        # every value the codebase gives it is an optimizer it rewrites
+        # (a local bound to what a codebase function returns, in a file
+        # that need not import flax: flow.py)
+        kind, why, unknown = objects.name_kind(
+            self.codebase, self.f.path, self._qual(), expr.value,
+            self.model_class)
+        if kind == 'optimizer' and not why and not unknown:
+          return OPT
       return k
     if isinstance(expr, cst.Attribute):
       if expr.attr.value == 'target' and self.kind_of(expr.value) == OPT:
+        if objects.carried(self.codebase, self.f.path, self._qual(),
+                           expr)[0]:
+          return None  # a legacy_model.Model: .params and calls as written
         return MODEL
       kind, why, unknown = objects.attr_kind(
           self.codebase, self.f.path, self._qual(), expr, self.model_class)
@@ -1153,24 +1165,41 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       out = []
       collect = self._stateful[-1] if self._stateful else None
       with_output = not (isinstance(first, cst.Name) and first.value == '_')
+      params = "_variables['params']"
+      if attr.startswith('create') and objects.model_carried(
+          self.codebase, ('mc', self.f.path, id(ov))):
+        # the model goes where its parameters alone cannot follow it: it
+        # carries its module, whatever M holds at run time (the keywords
+        # given here are the init's, as legacy's model kept only M)
+        module = (v.func.value if isinstance(v, cst.Call) and isinstance(
+            v.func, cst.Attribute) else ov.func.value)
+        self.imports.add(MODEL_HELPER_IMPORT)
+        params = (f'legacy_model.Model({self.ctx.code_of(module)}, '
+                  f'{params})')
+        if not (with_output or (collect is not None and collect[0] is None
+                                and collect[1])):
+          out.append(_s(f'_variables = {init}\n'))
+          with_output = None  # _variables is bound
       if with_output:
         # legacy init returned (output or its shape, params)
         init = init.replace('.init(', '.init_with_output(', 1)
         out.append(_s(f'{self.ctx.code_of(first)}, _variables = {init}\n'))
       if collect is not None and collect[0] is None and collect[1]:
-        if not with_output:
+        if with_output is False:
           out.append(_s(f'_variables = {init}\n'))
-        out.append(_s(f"{second} = _variables['params']\n"))
+        out.append(_s(f"{second} = {params}\n"))
         keep = ("k != 'params'" if collect[4] != attention_cache.COLLECTION
                 else f"k == {attention_cache.COLLECTION!r}")
         out.append(_s(f'{collect[1]} = {{k: v for k, v in _variables.items()'
                       f' if {keep}}}\n'))
         collect[3] = True
-      elif with_output:
-        out.append(_s(f"{second} = _variables['params']\n"))
+      elif with_output is not False:
+        out.append(_s(f"{second} = {params}\n"))
       else:
         out.append(_s(f"{second} = {init}['params']\n"))
-      self.note(line, f'{attr} -> linen init')
+      self.note(line, f'{attr} -> linen init' + (
+          '' if params.startswith('_') else ' (the model carries its module: '
+          'legacy_model.Model)'))
       return out
     # new_opt, loss[, aux] = opt.optimize(loss_fn)
     if attr == 'optimize' and isinstance(t, (cst.Tuple, cst.List)) and (
@@ -1370,7 +1399,17 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       # model.generate(z) of a legacy @nn.module_method
       method = f.attr.value
       f = f.value
-    if isinstance(f, cst.Name) and self.kind_of(f) == MODEL:
+    carried = False
+    if isinstance(f, cst.Name) and self._stateful and method is None and (
+        self._carried_name(f.value) and not self._kept_name(f)):
+      # a model that carries its module, called in an nn.stateful / cache
+      # block: applied with the block's collections (its keywords split
+      # between fields and __call__ at run time, as its plain calls are)
+      carried = True
+      model = f.value
+      self.imports.add(MODEL_HELPER_IMPORT)
+      apply = 'legacy_model.apply_model'
+    elif isinstance(f, cst.Name) and self.kind_of(f) == MODEL:
       model = f.value
       apply = self.apply_fn_for(model)
       if apply is not None and apply == f'{self._model_class_expr()}().apply':
@@ -1421,7 +1460,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       # the class this model was built of (nn.Model(pkg.M, params) here)
       info = aliases.root_info(self.codebase, None,
                                apply[:-len('().apply')].split('.')[-1])
-    if info is None:
+    if info is None and not carried:
       info = self.codebase.modules.get(self.model_class or '')
     if info is not None:
       fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
