@@ -183,9 +183,13 @@ def test_gin_configurable_module_class_argument_numbers(tmp_path):
   assert not report['files']['models.py']['left']
 
 
-def test_gin_file_binding_another_module_class_keeps_a_todo(tmp_path):
+def test_gin_file_binding_another_module_class_splits_at_run_time(tmp_path):
   """A ``.gin`` file of the tree binds ``Base.model_cls`` to another
-  registered module class with other parameters: the use keeps a TODO."""
+  registered module class with other parameters: no ``functools.partial``
+  can be written for both, so ``.partial`` becomes
+  ``legacy_model.partial_module`` (the keywords split by the class held at
+  run time) and the model is carried; both classes give legacy's numbers
+  (the run builds Base with each)."""
   wide = textwrap.dedent(MODULES) + textwrap.dedent('''\
 
 
@@ -196,16 +200,29 @@ def test_gin_file_binding_another_module_class_keeps_a_todo(tmp_path):
       class Wide(nn.Module):
 
         def apply(self, x, features, width=8, hidden=4):
-          return nn.Dense(x, features * width)
+          y = nn.Dense(x, hidden, kernel_init=nn.initializers.ones)
+          return nn.Dense(y, features * width,
+                          kernel_init=nn.initializers.ones)
       ''')
   files = _files(**{'modules.py': wide,
                     'configs/wide.gin': 'Base.model_cls = @Wide\n'})
-  _, out, status, _ = _upgrade_dir(tmp_path, files)
-  assert status == 0
+  legacy, upgraded, (_, out, report) = _run_both(tmp_path, files, '''\
+      import json
+      import jax.numpy as jnp
+      import models, modules
+      x = jnp.arange(8.).reshape(2, 4) / 10.
+      print(json.dumps([
+          models.Base(hidden=5).predict(x).tolist(),
+          models.Base(model_cls=modules.Wide, hidden=3).predict(x).tolist(),
+          models.Shifted(hidden=2).predict(x).tolist()]))
+      ''')
+  assert len(legacy) == 3 and len(legacy[1][0]) == 24  # Wide: features * 8
+  for a, b in zip(legacy, upgraded):
+    np.testing.assert_allclose(b, a, rtol=1e-6)
   new = (out / 'models.py').read_text()
-  line = [l for l in new.splitlines() if 'self.model_def = ' in l][0]
-  before = new.splitlines()[new.splitlines().index(line) - 1]
-  assert TODO in before and 'module classes with different parameters' in before, before
+  assert ('self.model_def = partial_module(model_cls, features=3, '
+          '**model_kwargs)') in new, new
+  assert not report['files']['models.py']['left'], report['files']
 
 
 def test_binding_given_at_run_time_keeps_a_todo(tmp_path):

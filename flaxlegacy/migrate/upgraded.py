@@ -286,9 +286,31 @@ def hashable(key):
 def _model_module_class(module):
   import functools  # pylint: disable=g-import-not-at-top
   cls = module
-  while isinstance(cls, functools.partial):
+  while isinstance(cls, (functools.partial, partial_module)):
     cls = cls.func
   return cls if isinstance(cls, type) else type(cls)
+
+
+class partial_module:  # pylint: disable=invalid-name
+  """Legacy ``X.partial(**kwargs)`` of a linen module class known only at
+  run time (``X`` one of several classes of different fields).  A legacy
+  partial bound hyper-parameters and call arguments alike; here the
+  keywords that are fields of the class go to its constructor, and the
+  others are ``__call__`` keywords that every call through these helpers
+  gets (``Model``, ``init_module*``, ``create_module*``), a call's own
+  keywords overriding them as legacy's did.  Calling it builds the module
+  (``partial_module(X, k=v)(**fields)``), as ``functools.partial`` does."""
+
+  def __init__(self, module, /, **kwargs):
+    self.func = module
+    self.keywords, self.call_kwargs = _model_split(module, kwargs)
+
+  def __call__(self, **ctor):
+    return _model_instance(self.func, {**self.keywords, **ctor})
+
+  def __repr__(self):
+    return (f'partial_module({self.func!r}, fields={self.keywords!r}, '
+            f'call={self.call_kwargs!r})')
 
 
 def _model_split(module, kwargs):
@@ -300,6 +322,8 @@ def _model_split(module, kwargs):
   fields = {f.name for f in dataclasses.fields(cls) if f.init} - {'parent'}
   ctor = {k: v for k, v in kwargs.items() if k in fields}
   call = {k: v for k, v in kwargs.items() if k not in fields}
+  if isinstance(module, partial_module):
+    call = {**module.call_kwargs, **call}
   return ctor, call
 
 

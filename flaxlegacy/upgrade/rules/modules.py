@@ -1376,6 +1376,9 @@ def module_level_partial_leave(up, original_node, updated_node):
   return updated_node
 
 
+PARTIAL_HELPER = 'flaxlegacy.migrate.upgraded.partial_module'
+
+
 def _classes_partial(up, original, updated):
   """``X.partial(k=v)`` where X holds legacy module classes of different
   parameters (an agent's ``network`` argument, its subclasses passing
@@ -1396,8 +1399,9 @@ def _classes_partial(up, original, updated):
   if 'class' not in kinds or not kinds <= {'class', 'unknown'}:
     return updated
   args = list(updated.args)
-  if any(a.keyword is None for a in args):
-    return updated  # positional or ** arguments: the TODO stays
+  if any(a.keyword is None and a.star != '**' for a in args):
+    return updated  # positional or * arguments: the TODO stays
+  runtime = False
   for v in vals:
     if v[0] != 'class':
       continue
@@ -1405,8 +1409,21 @@ def _classes_partial(up, original, updated):
     info = f.modules.get(v[2]) if f is not None else None
     if info is None or info.problems or info.var_kw:
       return updated
-    if any(a.keyword.value not in info.fields + ['name'] for a in args):
+    if any(a.keyword is None or a.keyword.value not in info.fields + ['name']
+           for a in args):
+      runtime = True
+  if runtime:
+    # ``**kwargs``, or keywords some class takes at its call: split by the
+    # class at run time (legacy_model.partial_module), when every value is
+    # a class the upgrade converts (an unknown one may take anything)
+    if 'unknown' in kinds:
       return updated
+    up.ctx.needed_imports.add(PARTIAL_HELPER)
+    up.rewrote(original, 'partial', '.partial of module classes of '
+               'different parameters -> partial_module (keywords split '
+               'at run time)')
+    return cst.Call(func=_expr(PARTIAL_HELPER.rsplit('.', 1)[1]),
+                    args=_clean_args([_arg(updated.func.value)] + args))
   up.ctx.needed_imports.add('functools')
   up.rewrote(original, 'partial', '.partial of module classes known by '
              'their values -> functools.partial')
