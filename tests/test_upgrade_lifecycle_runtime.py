@@ -14,17 +14,13 @@ under the layer and the upgraded tree with ``FLAXLEGACY=off``; parameters,
 state collections and outputs must agree.
 """
 
+import functools
 import importlib
-import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import numpy as np
 import pytest
 
-from flaxlegacy.upgrade import api
+from tests import upgrade_run
 
 TODO = '# TODO(flaxlegacy upgrade)'
 # (by name: benchmarks/upgrade_same_output.py upgrades tests/ with an older
@@ -32,28 +28,9 @@ TODO = '# TODO(flaxlegacy upgrade)'
 legacy_model = importlib.import_module('flaxlegacy.migrate.upgraded')
 
 
-def _upgrade_dir(tmp_path, files):
-  src = tmp_path / 'src'
-  for rel, text in files.items():
-    p = src / rel
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(textwrap.dedent(text))
-  out = tmp_path / 'out'
-  status, report = api.upgrade_paths([str(src)], out=str(out))
-  assert status == 0
-  return src, out, report
-
-
-def _run(root, code, off):
-  env = {k: v for k, v in os.environ.items() if k != 'FLAXLEGACY'}
-  env.update(JAX_PLATFORMS='cpu', PYTHONPATH=str(root))
-  if off:
-    env.update(FLAXLEGACY='off', JAX_THREEFRY_PARTITIONABLE='false')
-  p = subprocess.run([sys.executable, '-c', textwrap.dedent(code)],
-                     cwd=str(root), env=env, capture_output=True, text=True,
-                     timeout=600)
-  assert p.returncode == 0, (root, p.stderr[-3000:])
-  return json.loads(p.stdout.strip().splitlines()[-1])
+_upgrade_dir = upgrade_run.upgrade_dir
+# the legacy PRNG stream on the upgraded side too, as --verify does
+_run = functools.partial(upgrade_run.run_json, legacy_stream=True)
 
 
 def _close(a, b):
