@@ -158,12 +158,8 @@ def param_kind(codebase, rel, qual, name, model_class=None):
   why = getattr(flow, 'contradictions', {}).get(('v', rel, qual, name))
   if why:  # --observe: the run and the source disagree
     return None, why, False
-  vals = flow.param_values(rel, qual, name)
-  kept = kept_optimizers(codebase, vals, model_class)
-  if kept:
-    return (None, f'it holds a legacy optimizer the upgrade keeps '
-            f'({kept[0]})', False)
-  return kind_of_values(vals, codebase)
+  return _values_kind(codebase, flow.param_values(rel, qual, name),
+                      model_class)
 
 
 def name_kind(codebase, rel, qual, name, model_class=None):
@@ -173,7 +169,14 @@ def name_kind(codebase, rel, qual, name, model_class=None):
   flow = _flow(codebase)
   if flow is None:
     return None, None, True
-  vals = flow.name_values(rel, qual, name)
+  return _values_kind(codebase, flow.name_values(rel, qual, name),
+                      model_class)
+
+
+def _values_kind(codebase, vals, model_class):
+  """(kind, why, unknown) of what a parameter or variable holds: a TODO's
+  why where it holds an optimizer the upgrade keeps, else
+  ``kind_of_values``."""
   kept = kept_optimizers(codebase, vals, model_class)
   if kept:
     return (None, f'it holds a legacy optimizer the upgrade keeps '

@@ -26,9 +26,11 @@ import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import positions as positions_lib
+from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import walk
 
-TODO_PREFIX = '# TODO(flaxlegacy upgrade): '
 WHY = ('linen runs a parameter\'s initializer under jax.eval_shape on every '
        'apply, to check the stored shape (legacy Module.call never ran it); '
        'this initializer computes in Python on array values, which fails '
@@ -56,26 +58,18 @@ def _array_modules(module):
     for small in stmt.body:
       if isinstance(small, cst.Import):
         for a in small.names:
-          dotted = _dotted(a.name)
+          dotted = facts_lib.dotted(a.name)
           if dotted == 'jax' or dotted.startswith('jax.'):
             names.add(a.asname.name.value if a.asname else
                       dotted.split('.')[0])
       elif isinstance(small, cst.ImportFrom) and small.module is not None:
-        base = _dotted(small.module)
+        base = facts_lib.dotted(small.module)
         if (base == 'jax' or base.startswith('jax.')) and not isinstance(
             small.names, cst.ImportStar):
           for a in small.names:
             if a.name.value in ('numpy', 'random', 'lax', 'nn', 'scipy'):
               names.add(a.asname.name.value if a.asname else a.name.value)
   return names
-
-
-def _dotted(node):
-  if isinstance(node, cst.Name):
-    return node.value
-  if isinstance(node, cst.Attribute):
-    return _dotted(node.value) + '.' + node.attr.value
-  return ''
 
 
 class _Reads(cst.CSTVisitor):
@@ -116,16 +110,6 @@ def _reads_arrays(expr, arrays, modules):
   v = _Reads(arrays, modules)
   expr.visit(v)
   return v.found
-
-
-def _targets(node):
-  if isinstance(node, cst.Name):
-    return [node.value]
-  if isinstance(node, (cst.Tuple, cst.List)):
-    return [n for e in node.elements for n in _targets(e.value)]
-  if isinstance(node, cst.StarredElement):
-    return _targets(node.value)
-  return []
 
 
 class _FirstUse(cst.CSTVisitor):
@@ -178,7 +162,7 @@ class _FirstUse(cst.CSTVisitor):
       self._hit(node.args[0].value)
 
   def _assign(self, targets, value):
-    names = [n for t in targets for n in _targets(t)]
+    names = [n for t in targets for n in walk.target_names(t)]
     if value is not None and _reads_arrays(value, self.arrays, self.modules):
       self.arrays.update(names)
     else:
@@ -192,7 +176,7 @@ class _FirstUse(cst.CSTVisitor):
 
   def leave_AugAssign(self, node):
     if _reads_arrays(node.value, self.arrays, self.modules):
-      self.arrays.update(_targets(node.target))
+      self.arrays.update(walk.target_names(node.target))
 
 
 class _Rewriter(cst.CSTTransformer):
@@ -214,15 +198,14 @@ class _Rewriter(cst.CSTTransformer):
     name = self.marked.get(original_node)
     if name is None or not isinstance(updated, cst.BaseStatement):
       return updated
-    text = TODO_PREFIX + WHY
-    lines = list(updated.leading_lines)
-    if any(l.comment is not None and l.comment.value == text for l in lines):
-      return updated
+    text = transform.TODO_PREFIX + WHY
+    if any(l.comment is not None and l.comment.value == text
+           for l in updated.leading_lines):
+      return updated  # upgraded before: neither the TODO nor its report
     pos = self.positions.get(original_node)
     self.report.left.append({'line': pos.start.line if pos else None,
                              'why': f'{name}: {WHY}'})
-    lines.append(cst.EmptyLine(indent=True, comment=cst.Comment(text)))
-    return updated.with_changes(leading_lines=lines)
+    return transform.add_todos(updated, [WHY])
 
 
 def run(report, module, code=None):
