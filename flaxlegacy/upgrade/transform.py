@@ -10,6 +10,7 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.positions import LazyPositions
 from flaxlegacy.upgrade.rules import imports as imports_rule
 from flaxlegacy.upgrade.rules import jax_names
@@ -147,7 +148,7 @@ class TodoComments:
     return updated
 
 
-class Upgrader(TodoComments, cst.CSTTransformer):
+class Upgrader(TodoComments, walk.FastTransformer):
   """Generic rules: imports, removed JAX names, leftovers, and dispatch."""
 
   # function bodies here are plain code (not a module's apply, whose
@@ -608,7 +609,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
     if relevant.search(text):
       ctx.positions = LazyPositions(cst.Module(body=[stmt]))
       ctx.line_offset = line - 1
-      new = stmt.visit(upgrader)
+      new = upgrader.walk(stmt)
       changed = changed or new is not stmt
       body.append(new)
     else:

@@ -489,7 +489,7 @@ class Scope:
     return None
 
 
-class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
+class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
   """The program-level pass over one legacy file."""
 
   def __init__(self, ctx):
@@ -2258,7 +2258,7 @@ def _drop_optim_import(module, optim_locals):
   if _names_used(module, optim_locals, after_dots=True):
     return module, False
 
-  class T(cst.CSTTransformer):
+  class T(walk.FastTransformer):
 
     def leave_ImportFrom(self, original_node, updated_node):
       if isinstance(updated_node.names, cst.ImportStar):
@@ -2281,7 +2281,7 @@ def _drop_optim_import(module, optim_locals):
         return cst.RemoveFromParent()
       return updated_node.with_changes(names=_clean(keep))
 
-  return module.visit(T()), True
+  return T().walk(module), True
 
 
 def _add_imports(module, statements, bound):
@@ -2319,7 +2319,7 @@ def _drop_unused_optim_names(module, f):
   if not unused:
     return module, set()
 
-  class T(cst.CSTTransformer):
+  class T(walk.FastTransformer):
 
     def leave_ImportFrom(self, original_node, updated_node):
       if isinstance(updated_node.names, cst.ImportStar) or not (
@@ -2335,14 +2335,14 @@ def _drop_unused_optim_names(module, f):
         return cst.RemoveFromParent()
       return updated_node.with_changes(names=_clean(keep))
 
-  return module.visit(T()), unused
+  return T().walk(module), unused
 
 
 def run(ctx, module):
   """The program pass over one file; returns the new module."""
   rw = ProgramRewriter(ctx)
   rw.module = module
-  new = module.visit(rw)
+  new = rw.walk(module)
   dropped = False
   if rw.f.optim_locals:
     new, dropped = _drop_optim_import(new, rw.f.optim_locals)

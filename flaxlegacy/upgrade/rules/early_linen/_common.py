@@ -6,6 +6,7 @@ import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import walk
 
 TODO_PREFIX = transform.TODO_PREFIX
 _LINEN_MODULES = ('flax.linen', 'flax.linen.recurrent', 'flax.linen.attention',
@@ -71,7 +72,7 @@ class LinenNames:
     return qualified
 
 
-class Rule(transform.TodoComments, cst.CSTTransformer):
+class Rule(transform.TodoComments, walk.FastTransformer):
   """A rule's transformer: ``rewrote`` and ``todo`` report with line numbers
   (of the module it is given), TODOs as the other rules write them."""
 
@@ -127,7 +128,7 @@ def apply(rule, module):
   if prepare is not None and not prepare(module):
     return module  # its facts say the walk would change nothing
   rule.positions = transform.LazyPositions(module)
-  new = module.visit(rule)
+  new = rule.walk(module)
   return new if rule.changed else module
 
 
