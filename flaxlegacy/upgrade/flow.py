@@ -59,6 +59,8 @@ This module only computes facts; rules read them (``Flow.name_values``,
 ``Flow.expr_values``, ``Flow.param_values``) and decide.
 """
 
+import heapq
+
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
@@ -423,6 +425,32 @@ class _Collect(walk.FastVisitor):
     return False
 
 
+class _Values(dict):
+  """``Flow.values`` while a fixpoint runs: with ``reads`` a set, every
+  look-up of a slot is recorded in it (the slots one constraint read)."""
+
+  __slots__ = ('reads',)
+
+  def __init__(self, *args):
+    super().__init__(*args)
+    self.reads = None
+
+  def get(self, key, default=None):
+    if self.reads is not None:
+      self.reads.add(key)
+    return dict.get(self, key, default)
+
+  def __getitem__(self, key):
+    if self.reads is not None:
+      self.reads.add(key)
+    return dict.__getitem__(self, key)
+
+  def __contains__(self, key):
+    if self.reads is not None:
+      self.reads.add(key)
+    return dict.__contains__(self, key)
+
+
 class Flow:
   """The value facts of a codebase (see the module docstring)."""
 
@@ -436,6 +464,7 @@ class Flow:
     self.loads = []
     self.not_loads = set()  # ids of Name nodes that are not loads
     self.values = {}  # slot -> set of values
+    self._dirty = None  # the slots added to in a fixpoint pass
     self.observed = {}  # slot -> set of values seen at run time
     self._stand_in = {}  # slot -> observed values standing in for unknown
     # ('o', rel, id(call)) -> (rel, scope, the optim ...create(...) call)
@@ -481,8 +510,21 @@ class Flow:
     cur |= vals
     if len(cur) != n:
       self._changed = True
+      if self._dirty is not None:
+        self._dirty.add(slot)
       return True
     return False
+
+  def _read(self, slot):
+    """Records a read of state kept beside ``values`` (``_fixpoint``)."""
+    if isinstance(self.values, _Values) and self.values.reads is not None:
+      self.values.reads.add(slot)
+
+  def _wrote(self, slot):
+    """Records a write of state kept beside ``values`` (``_fixpoint``)."""
+    self._changed = True
+    if self._dirty is not None:
+      self._dirty.add(slot)
 
   def _add_key(self, site, key, vals):
     """``site[key] = vals`` for a dict (key None: not known here)."""
@@ -585,17 +627,56 @@ class Flow:
     if not settled:  # not settled: do not trust the sets
       for slot in self.values:
         self.values[slot].add(UNKNOWN)
+    self.values = dict(self.values)  # (the rules read a plain dict)
     return self
 
   def _fixpoint(self):
-    for _ in range(MAX_ROUNDS):
-      self._changed = False
-      self._resolve_bases()
-      for c in self.constraints:
-        self._apply(c)
-      if not self._changed:
-        return True
-    return False
+    """Applies the constraints until none adds a value, as rounds of
+    ``_apply`` over all of them in order would, but re-applying only what
+    can change: every application records the slots it reads
+    (``_Values``); a slot it adds to puts the constraints that read it back
+    in this sweep (those after it) or the next (the others); the optimizer
+    sites kept beside the values count as slots (``_read``, ``_wrote``).  All
+    of them again where the codebase base classes changed.
+    A constraint none of whose slots changed would add nothing."""
+    values = self.values
+    if not isinstance(values, _Values):
+      values = self.values = _Values(values)
+    constraints = self.constraints
+    every = list(range(len(constraints)))
+    todo, readers, bases = every, {}, None
+    try:
+      for _ in range(MAX_ROUNDS):
+        self._resolve_bases()
+        if bases is not None and self._bases != bases:
+          todo = every
+        bases = self._bases
+        heap = list(todo)  # (sorted: a heap already)
+        queued = set(todo)
+        later = set()
+        while heap:
+          i = heapq.heappop(heap)
+          queued.discard(i)
+          dirty = self._dirty = set()
+          reads = values.reads = set()
+          self._apply(constraints[i])
+          values.reads = None
+          for slot in reads:
+            readers.setdefault(slot, set()).add(i)
+          for slot in dirty:
+            for r in readers.get(slot, ()):
+              if r > i and r not in queued:
+                heapq.heappush(heap, r)
+                queued.add(r)
+              elif r <= i:
+                later.add(r)
+        if not later:
+          return True
+        todo = sorted(later)
+      return False
+    finally:
+      values.reads = None
+      self._dirty = None
 
   def _resolve_bases(self):
     """The codebase base classes of each plain class (``class
@@ -942,6 +1023,7 @@ class Flow:
           # was given
           site = self.optimizer_sites.get(v[1])
           target = self.optimizer_targets.get(v[1])
+          self._read(('osite', v[1]))
           if site is not None and site[2].args:
             out |= self.expr_values(site[0], site[1], site[2].args[0].value)
           elif target is not None:
@@ -1047,8 +1129,9 @@ class Flow:
       # an earlier upgrade's TrainState: an optimizer of its params=
       target = _argument(call, None, 'params')
       site = ('o', rel, id(call))
-      if target is not None:
+      if target is not None and site not in self.optimizer_targets:
         self.optimizer_targets[site] = (rel, qual, target)
+        self._wrote(('osite', site))
       return {('optimizer', site)}
     if self._is_optim(rel, qual, call):
       return {('optdef', facts_lib.dotted(call.func).split('.')[-1])}
@@ -1057,7 +1140,9 @@ class Flow:
       if f.attr.value == 'create' and any(v[0] == 'optdef' for v in base):
         # one optimizer value per creation site (optimizer_sites)
         site = ('o', rel, id(call))
-        self.optimizer_sites[site] = (rel, qual, call)
+        if site not in self.optimizer_sites:
+          self.optimizer_sites[site] = (rel, qual, call)
+          self._wrote(('osite', site))
         return {('optimizer', site)} | ({UNKNOWN} if any(
             v[0] != 'optdef' for v in base) else set())
       opts = {v for v in base if v[0] == 'optimizer'}

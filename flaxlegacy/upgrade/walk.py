@@ -83,8 +83,8 @@ class FastVisitor(cst.CSTVisitor):
     key = (type(self), type(node))
     hook = _HOOKS.get(key, _MISSING)
     if hook is _MISSING:
-      hook = _HOOKS[key] = getattr(type(self), 'visit_' + type(node).__name__,
-                                   None)
+      hook = _HOOKS[key] = _own_hook(type(self), 'visit_' + type(
+          node).__name__, cst.CSTVisitor)
     if hook is not None and hook(self, node) is False:
       return False
     fields = _FIELDS.get(type(node))
@@ -107,9 +107,27 @@ class FastVisitor(cst.CSTVisitor):
           on_leave(child)
     return False  # the children are walked: libcst goes on to on_leave
 
+  def on_leave(self, original_node):
+    key = (type(self), type(original_node))
+    hook = _LEAVES.get(key, _MISSING)
+    if hook is _MISSING:
+      hook = _LEAVES[key] = _own_hook(type(self), 'leave_' + type(
+          original_node).__name__, cst.CSTVisitor)
+    if hook is not None:
+      hook(self, original_node)
+
+
+def _own_hook(cls, name, base=cst.CSTTransformer):
+  """``cls``'s hook ``name``, or None where it is libcst's empty stub."""
+  hook = getattr(cls, name, None)
+  if hook is None or hook is getattr(base, name, None):
+    return None
+  return hook
+
 
 _MISSING = object()
 _HOOKS = {}  # (visitor class, node class) -> its visit_X or None
+_LEAVES = {}  # (visitor class, node class) -> its leave_X or None
 _NODE, _SEQUENCE, _NOTHING = 1, 2, 3
 _KINDS = {}  # type of a field's value -> _NODE / _SEQUENCE / _NOTHING
 
@@ -235,6 +253,24 @@ class FastTransformer(cst.CSTTransformer):
                       f'attribute hooks ({", ".join(hooks)}); use '
                       'cst.CSTTransformer')
 
+  def on_visit(self, node):
+    # cst.CSTTransformer.on_visit, the visit_X look-up cached per class
+    # (libcst's empty stubs left out)
+    key = (type(self), type(node))
+    hook = _THOOKS.get(key, _MISSING)
+    if hook is _MISSING:
+      hook = _THOOKS[key] = _own_hook(type(self), 'visit_' + type(node).__name__)
+    return hook is None or hook(self, node) is not False
+
+  def on_leave(self, original_node, updated_node):
+    key = (type(self), type(original_node))
+    hook = _TLEAVES.get(key, _MISSING)
+    if hook is _MISSING:
+      hook = _TLEAVES[key] = _own_hook(type(self), 'leave_' + type(
+          original_node).__name__)
+    return updated_node if hook is None else hook(self, original_node,
+                                                  updated_node)
+
   def walk(self, node):
     """``node.visit(self)``, copying only what changes."""
     if self.on_visit(node):
@@ -304,6 +340,10 @@ class FastTransformer(cst.CSTTransformer):
         changes = {}
       changes[field] = new
     return node if changes is None else node.with_changes(**changes)
+
+
+_THOOKS = {}  # (transformer class, node class) -> its visit_X or None
+_TLEAVES = {}  # (transformer class, node class) -> its leave_X or None
 
 
 def transform(node, transformer):
