@@ -28,6 +28,8 @@ An initializer imported from elsewhere is left as it is (its signature is
 not visible here); the run-time restoration serves it in legacy processes.
 """
 
+import re
+
 import libcst as cst
 
 from flaxlegacy.upgrade import walk
@@ -37,7 +39,14 @@ SHIPPED = 'flaxlegacy.migrate.upgraded_layers.legacy_initializer'
 
 
 def relevant(code, names):  # pylint: disable=unused-argument
-  return '_init' in code or 'shape' in code
+  # an initializer keyword (``kernel_init=``), or a def whose parameters
+  # may be (key, shape) (``prepare`` decides)
+  return bool(_RELEVANT.search(code))
+
+
+_RELEVANT = re.compile(r'_init\s*=|\bdef\s+\w+\s*\(\s*(?:' + '|'.join(
+    ('rng', 'key', 'prng', 'prng_key', 'rng_key', 'rngkey', 'prngkey')) +
+                       r')\b[^)]*\bshape\b')
 
 
 def _two_parameters(fn):

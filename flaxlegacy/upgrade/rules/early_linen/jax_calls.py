@@ -53,7 +53,9 @@ WIDE = ('an integer literal out of its 64-bit dtype\'s range: NumPy 1.x cast '
 
 
 def relevant(code, names):  # pylint: disable=unused-argument
-  return 'concrete' in code or 'int' in code or 'dynamic_slice' in code
+  # concrete=, dynamic_slice, or an integer dtype (_BITS: int8 ... uint64)
+  return ('concrete' in code or 'dynamic_slice' in code or
+          any(f'int{b}' in code for b in (8, 16, 32, 64)))
 
 
 def _int_value(node):
