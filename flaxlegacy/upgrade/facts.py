@@ -29,9 +29,11 @@ import re
 from typing import Any, Dict, List, Optional
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
 
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.cst_util import LEGACY_NN_MODULES  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.cst_util import dotted  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.cst_util import legacy_attr  # pylint: disable=g-importing-member
 
 ARRAY_ATTRS = frozenset(('shape', 'ndim', 'dtype', 'reshape', 'astype', 'T',
                          'size', 'sum', 'mean', 'transpose', 'squeeze'))
@@ -41,7 +43,6 @@ NOT_ARRAY_CALLS = frozenset((
     'str', 'dict', 'enumerate', 'zip', 'max', 'min', 'sum', 'getattr',
     'hasattr', 'bool', 'repr', 'sorted', 'type', 'set', 'any', 'all', 'abs',
     'functools.partial'))
-LEGACY_NN_MODULES = ('flax.nn', 'flax.deprecated.nn')
 TREE_FNS = frozenset(('tree_map', 'tree_multimap', 'tree_leaves',
                       'tree_flatten', 'tree_reduce', 'tree_structure',
                       'tree_transpose'))
@@ -107,42 +108,8 @@ class FileFacts:
   shared_classes: set = dataclasses.field(default_factory=set)
 
 
-def dotted(node):
-  try:
-    return get_full_name_for_node(node)
-  except Exception:  # pylint: disable=broad-except
-    return None
-
-
 def _import_name(alias):
   return dotted(alias.name)
-
-
-# what legacy ``flax.nn`` re-exported from ``flax.nn.base`` (``nn.base.X``
-# is ``nn.X``); ``base.Module`` is left to the class rules, which name it
-BASE_REEXPORTS = frozenset(('Model', 'Collection', 'capture_module_outputs',
-                            'module', 'stateful', 'get_state',
-                            'module_method'))
-
-
-def legacy_attr(node, prefixes):
-  """'Dense' for ``nn.Dense`` when ``nn`` is a legacy prefix, else None."""
-  name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
-  if not name:
-    return None
-  inner = node
-  while isinstance(inner, cst.Attribute):
-    inner = inner.value
-  if not isinstance(inner, cst.Name):
-    return None  # nn.Conv(...).sum: an attribute of a value, not of nn
-  for p in prefixes:
-    if name.startswith(p + '.'):
-      attr = name[len(p) + 1:]
-      head, _, rest = attr.partition('.')
-      if head == 'base' and rest in BASE_REEXPORTS:
-        return rest  # nn.base.Model is nn.Model
-      return attr
-  return None
 
 
 class _FileVisitor(walk.FastVisitor):

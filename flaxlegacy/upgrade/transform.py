@@ -9,13 +9,14 @@ import re
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade.cst_util import add_defs  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.cst_util import add_imports  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.positions import LazyPositions
 from flaxlegacy.upgrade.rules import imports as imports_rule
 from flaxlegacy.upgrade.rules import jax_names
-from flaxlegacy.upgrade.rules import layers as layers_rule
 
-TODO_PREFIX = '# TODO(flaxlegacy upgrade): '
 # Legacy ``nn.X`` names that linen spells and computes the same.
 SAME_IN_LINEN = frozenset(
     ('Module', 'initializers', 'activation', 'max_pool', 'avg_pool', 'celu',
@@ -105,49 +106,7 @@ class Context:
     return pos.start.line + self.line_offset if pos is not None else None
 
 
-class TodoComments:
-  """``todo(node, why)`` for a libcst transformer: a line in the report and
-  a ``# TODO(flaxlegacy upgrade): why`` comment above the statement holding
-  ``node``.
-
-  One list of TODOs per open statement (``self._todos``, set up by the
-  class).  A TODO raised while leaving a statement belongs to it; a
-  statement replaced by several puts them on the first; one removed hands
-  them to the enclosing statement, so no TODO is lost.
-  """
-
-  def _line_of(self, node):
-    return self.ctx.line(node)
-
-  def todo(self, node, why):
-    if self._todos and why not in self._todos[-1]:
-      self._todos[-1].append(why)
-    self.ctx.report.left.append({'line': self._line_of(node), 'why': why})
-
-  def on_visit(self, node):
-    if isinstance(node, cst.BaseStatement):
-      self._todos.append([])
-    return super().on_visit(node)
-
-  def on_leave(self, original_node, updated_node):
-    updated = super().on_leave(original_node, updated_node)
-    if not isinstance(original_node, cst.BaseStatement):
-      return updated
-    todos = self._todos.pop()
-    if not todos:
-      return updated
-    if isinstance(updated, cst.BaseStatement):
-      return add_todos(updated, todos)
-    if isinstance(updated, cst.FlattenSentinel) and updated.nodes:
-      nodes = list(updated.nodes)
-      nodes[0] = add_todos(nodes[0], todos)
-      return cst.FlattenSentinel(nodes)
-    if self._todos:  # removed: the enclosing statement carries them
-      self._todos[-1].extend(t for t in todos if t not in self._todos[-1])
-    return updated
-
-
-class Upgrader(TodoComments, cst.CSTTransformer):
+class Upgrader(cst_util.TodoComments, cst.CSTTransformer):
   """Generic rules: imports, removed JAX names, leftovers, and dispatch."""
 
   # function bodies here are plain code (not a module's apply, whose
@@ -215,7 +174,7 @@ class Upgrader(TodoComments, cst.CSTTransformer):
     for a in ([] if isinstance(original_node.names, cst.ImportStar)
               or original_node.module is None or original_node.relative
               else original_node.names):
-      q = f'{facts_lib.dotted(original_node.module)}.{facts_lib.dotted(a.name)}'
+      q = f'{cst_util.dotted(original_node.module)}.{cst_util.dotted(a.name)}'
       # the import itself fails today (a removed module: its own rule,
       # rules/early_linen/removed_modules.py)
       if q in jax_names.UNSURE and q not in jax_names.REMOVED_MODULES:
@@ -234,16 +193,16 @@ class Upgrader(TodoComments, cst.CSTTransformer):
   # -- removed JAX names --
   def visit_Attribute(self, node):
     # nn.linear._conv_dimension_numbers: the module part is consumed too
-    attr = facts_lib.legacy_attr(node, self.ctx.facts.nn_prefixes)
-    if attr in layers_rule.LEGACY_HELPERS or attr in SAME_ATTRS_IN_LINEN:
+    attr = cst_util.legacy_attr(node, self.ctx.facts.nn_prefixes)
+    if attr in layer_table.LEGACY_HELPERS or attr in SAME_ATTRS_IN_LINEN:
       self._handled.add(id(node.value))
     return True
 
   def leave_Attribute(self, original_node, updated_node):
     if self._in_import:
       return updated_node
-    full = facts_lib.dotted(original_node)
-    if full in facts_lib.LEGACY_NN_MODULES and full in self.ctx.facts.nn_prefixes:
+    full = cst_util.dotted(original_node)
+    if full in cst_util.LEGACY_NN_MODULES and full in self.ctx.facts.nn_prefixes:
       # ``import flax`` ... ``flax.nn.Dense``: the linen module, spelled out
       return jax_names.expr('flax.linen')
     q = jax_names.qualify(original_node, self.ctx.facts.imports)
@@ -274,9 +233,9 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       return jax_names.expr(src)
     if q in jax_names.UNSURE and id(original_node) not in self._handled:
       self.todo(original_node, jax_names.UNSURE[q])
-    attr = facts_lib.legacy_attr(original_node, self.ctx.facts.nn_prefixes)
-    if attr in layers_rule.LEGACY_HELPERS:
-      fn = layers_rule.LEGACY_HELPERS[attr]
+    attr = cst_util.legacy_attr(original_node, self.ctx.facts.nn_prefixes)
+    if attr in layer_table.LEGACY_HELPERS:
+      fn = layer_table.LEGACY_HELPERS[attr]
       full = f'flaxlegacy.migrate.upgraded_layers.{fn}'
       self.ctx.needed_imports.add('flaxlegacy.migrate.upgraded_layers')
       self.rewrote(original_node, 'layers', f'nn.{attr} -> upgraded_layers.'
@@ -287,7 +246,7 @@ class Upgrader(TodoComments, cst.CSTTransformer):
         and attr not in SAME_ATTRS_IN_LINEN):
       head = attr.split('.')[0]
       if head not in SAME_IN_LINEN:
-        why = layers_rule.UNSUPPORTED_LAYERS.get(head)
+        why = layer_table.UNSUPPORTED_LAYERS.get(head)
         self.todo(original_node, f'nn.{attr}: ' + (
             why or 'no certain linen rewrite here'))
         if (not _in_linen(head) and isinstance(original_node.value,
@@ -378,7 +337,7 @@ class Upgrader(TodoComments, cst.CSTTransformer):
         and type(self).leave_Call is Upgrader.leave_Call
         and f.attr.value == 'partial'
         and 'functools' not in (
-            facts_lib.dotted(f.value),
+            cst_util.dotted(f.value),
             jax_names.qualify(f.value, self.ctx.facts.imports))
         and (self.ctx.facts.nn_prefixes or self.ctx.codebase.modules)):
       # X.partial(...) of something the rules do not know as a legacy
@@ -433,99 +392,6 @@ class Upgrader(TodoComments, cst.CSTTransformer):
       return updated_node
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
     return modules.convert_function(self, original_node, info)
-
-
-def add_todos(stmt, todos):
-  lines = list(stmt.leading_lines)
-  existing = {l.comment.value for l in lines if l.comment is not None}
-  indent = True
-  for why in todos:
-    text = TODO_PREFIX + why.replace('\n', ' ')
-    if text not in existing:
-      lines.append(cst.EmptyLine(indent=indent, comment=cst.Comment(text)))
-  return stmt.with_changes(leading_lines=lines)
-
-
-def add_imports(module, needed):
-  """Adds ``import functools`` etc. after the last top-level import that
-  comes before any class or function definition (the new names are used
-  by the definitions)."""
-  have = set()
-  last = -1
-  defined = False
-  for i, stmt in enumerate(module.body):
-    defined = defined or isinstance(stmt, (cst.ClassDef, cst.FunctionDef))
-    if isinstance(stmt, cst.SimpleStatementLine):
-      for s in stmt.body:
-        if isinstance(s, cst.Import):
-          last = i if not defined else last
-          for a in s.names:
-            have.add(facts_lib.dotted(a.name))
-        elif isinstance(s, cst.ImportFrom):
-          last = i if not defined else last
-          if s.module is not None and not isinstance(s.names, cst.ImportStar):
-            for a in s.names:
-              have.add(f'{facts_lib.dotted(s.module)}.{facts_lib.dotted(a.name)}')
-  new = []
-  for name in sorted(needed):
-    if name in have:
-      continue
-    if name.startswith('import '):  # a module by its own dotted name
-      if name[len('import '):] not in have:
-        new.append(cst.parse_statement(name + '\n'))
-      continue
-    if '.' in name:
-      mod, _, attr = name.rpartition('.')
-      new.append(cst.parse_statement(f'from {mod} import {attr}\n'))
-    else:
-      new.append(cst.parse_statement(f'import {name}\n'))
-  if not new:
-    return module
-  body = list(module.body)
-  if last < 0:
-    # after a module docstring, if any
-    last = 0 if body and _is_docstring(body[0]) else -1
-  body[last + 1:last + 1] = new
-  return module.with_changes(body=body)
-
-
-def _import_block_end(module):
-  """Index of the last top-level import before any definition, or -1."""
-  last = -1
-  for i, stmt in enumerate(module.body):
-    if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
-      break
-    if isinstance(stmt, cst.SimpleStatementLine) and any(
-        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
-      last = i
-  return last
-
-
-def add_defs(module, needed):
-  """Writes the functions ``needed`` (name -> source) that the file does
-  not define yet, after its imports."""
-  have = {s.name.value for s in module.body if isinstance(s, cst.FunctionDef)}
-  new = []
-  for name in sorted(needed):
-    if name in have:
-      continue
-    fn = cst.parse_statement(needed[name])
-    new.append(fn.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
-  if not new:
-    return module
-  body = list(module.body)
-  at = _import_block_end(module)
-  if at < 0:
-    at = 0 if body and _is_docstring(body[0]) else -1
-  body[at + 1:at + 1] = new
-  return module.with_changes(body=body)
-
-
-def _is_docstring(stmt):
-  return (isinstance(stmt, cst.SimpleStatementLine) and stmt.body
-          and isinstance(stmt.body[0], cst.Expr)
-          and isinstance(stmt.body[0].value, (cst.SimpleString,
-                                              cst.ConcatenatedString)))
 
 
 def parse(code):

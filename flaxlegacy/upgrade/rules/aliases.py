@@ -27,7 +27,7 @@ example uses both):
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 
 
@@ -50,7 +50,7 @@ def collect_facts(file_facts, module, code_of):
     def visit_Call(self, node):
       f = node.func
       if isinstance(f, cst.Attribute) and f.attr.value == 'partial':
-        owner = facts_lib.dotted(f.value)
+        owner = cst_util.dotted(f.value)
       elif isinstance(f, cst.Name):
         owner = f.value
       else:
@@ -62,7 +62,7 @@ def collect_facts(file_facts, module, code_of):
         if a.keyword is None or a.star:
           continue
         v = a.value
-        src = facts_lib.dotted(v) if isinstance(v, (cst.Name,
+        src = cst_util.dotted(v) if isinstance(v, (cst.Name,
                                                      cst.Attribute)) else None
         bound.setdefault((owner, a.keyword.value), set()).add(
             src.split('.')[-1] if src else None)
@@ -103,7 +103,7 @@ def root_info(codebase, file_facts, name, depth=0):
   call, ff = alias_call(codebase, file_facts, name)
   if call is None:
     return None
-  inner = facts_lib.dotted(call.func.value)
+  inner = cst_util.dotted(call.func.value)
   return root_info(codebase, ff, inner.split('.')[-1] if inner else None,
                    depth + 1)
 

@@ -38,7 +38,7 @@ bias=False, cache=cache)`` becomes::
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade.rules import attention_cache
 
 # legacy spellings (after the nn prefix) of the attention modules
@@ -89,7 +89,7 @@ def array_params(func, args, params):
 
   ``func``: the callee (``nn.SelfAttention``), ``args``: its libcst args.
   """
-  name = facts_lib.dotted(func) if isinstance(
+  name = cst_util.dotted(func) if isinstance(
       func, (cst.Attribute, cst.Name)) else None
   if not name or not any(name.endswith('.' + a) for a in ATTENTION):
     return set()
@@ -158,7 +158,7 @@ def field_attention(resolver, expr):
     node = cst.parse_expression(default)
   except cst.ParserSyntaxError:
     return None, None
-  legacy = facts_lib.legacy_attr(node, up.ctx.facts.nn_prefixes)
+  legacy = cst_util.legacy_attr(node, up.ctx.facts.nn_prefixes)
   attr = legacy_name(legacy) if legacy else None
   if attr is None:
     return None, None
@@ -295,35 +295,35 @@ def rewrite(up, original, updated, attr, guard=None):
   if 'dropout_rate' in bound and 'deterministic' not in bound and (
       splat is None):
     # legacy default; linen's has none
-    ctor.append(modules._arg(cst.Name('False'), 'deterministic'))  # pylint: disable=protected-access
+    ctor.append(cst_util.arg(cst.Name('False'), 'deterministic'))  # pylint: disable=protected-access
   if splat is not None:
     # the keys are known when the call runs: linen's names, the mask's
     # arguments apart, and a TypeError for what has no linen counterpart
     src = cst.Module([]).code_for_node(splat)
     given = '(' + ''.join(f'{k!r}, ' for k in bound) + ')'
     up.ctx.needed_defs[KWARGS_HELPER] = KWARGS_HELPER_SRC
-    ctor.append(cst.Arg(star='**', value=modules._expr(  # pylint: disable=protected-access
+    ctor.append(cst.Arg(star='**', value=cst_util.expr(  # pylint: disable=protected-access
         f"{KWARGS_HELPER}({src}, 'ctor', {given})")))
-    mask_args.append(cst.Arg(star='**', value=modules._expr(  # pylint: disable=protected-access
+    mask_args.append(cst.Arg(star='**', value=cst_util.expr(  # pylint: disable=protected-access
         f"{KWARGS_HELPER}({src}, 'mask', {given})")))
   if decode is not None:
-    ctor.append(modules._arg(decode, 'decode'))  # pylint: disable=protected-access
-    mask_args.append(modules._arg(decode.deep_clone(), 'decode'))  # pylint: disable=protected-access
-  inputs = [modules._arg(q.deep_clone())]  # pylint: disable=protected-access
+    ctor.append(cst_util.arg(decode, 'decode'))  # pylint: disable=protected-access
+    mask_args.append(cst_util.arg(decode.deep_clone(), 'decode'))  # pylint: disable=protected-access
+  inputs = [cst_util.arg(q.deep_clone())]  # pylint: disable=protected-access
   if kv is not None:
-    inputs.append(modules._arg(kv.deep_clone()))  # pylint: disable=protected-access
+    inputs.append(cst_util.arg(kv.deep_clone()))  # pylint: disable=protected-access
   if mask_args:
     inputs[-1] = inputs[-1].with_changes(comma=line_comma)
   up.ctx.needed_imports.add(MASK_HELPER)
   mask = cst.Call(func=cst.Name(MASK_HELPER.rsplit('.', 1)[1]),
-                  args=modules._clean_args(inputs + mask_args),  # pylint: disable=protected-access
+                  args=cst_util.clean_args(inputs + mask_args),  # pylint: disable=protected-access
                   whitespace_before_args=updated.whitespace_before_args)
-  call = [modules._arg(q)]  # pylint: disable=protected-access
+  call = [cst_util.arg(q)]  # pylint: disable=protected-access
   if kv is not None:
-    call.append(modules._arg(kv))  # pylint: disable=protected-access
-  call.append(modules._arg(mask, 'mask'))  # pylint: disable=protected-access
+    call.append(cst_util.arg(kv))  # pylint: disable=protected-access
+  call.append(cst_util.arg(mask, 'mask'))  # pylint: disable=protected-access
   if 'dropout_rng' in bound:
-    call.append(modules._arg(bound['dropout_rng'], 'dropout_rng'))  # pylint: disable=protected-access
+    call.append(cst_util.arg(bound['dropout_rng'], 'dropout_rng'))  # pylint: disable=protected-access
 
   if name_arg is not None:
     ctor.append(name_arg)
@@ -332,30 +332,30 @@ def rewrite(up, original, updated, attr, guard=None):
       up.todo(original, up.todo_all)
     auto = up._auto_name(original, TYPE_NAME, None)  # pylint: disable=protected-access
     if auto is not None:
-      ctor.append(modules._arg(auto, 'name'))  # pylint: disable=protected-access
+      ctor.append(cst_util.arg(auto, 'name'))  # pylint: disable=protected-access
   if cache is not None and not attention_cache.enabled(up.ctx.codebase):
     # where the codebase builds the cache, rules/attention_cache.py ports
     # its life cycle (or leaves the TODO at the program's lines)
     up.todo(original, DECODE_TODO)
-  func = modules._expr(up._prefix() + '.MultiHeadDotProductAttention')  # pylint: disable=protected-access
+  func = cst_util.expr(up._prefix() + '.MultiHeadDotProductAttention')  # pylint: disable=protected-access
   if guard is not None:
     # the field holds its default (legacy's attention class) at run time,
     # else a clear error (rules/attention.py field_attention)
     up.ctx.needed_imports.add(GUARD_HELPER)
     func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]), args=[
-        modules._arg(cst.Name('self')),  # pylint: disable=protected-access
-        modules._arg(cst.SimpleString(repr(guard))),  # pylint: disable=protected-access
-        modules._arg(updated.func),  # pylint: disable=protected-access
-        modules._arg(func)])  # pylint: disable=protected-access
+        cst_util.arg(cst.Name('self')),  # pylint: disable=protected-access
+        cst_util.arg(cst.SimpleString(repr(guard))),  # pylint: disable=protected-access
+        cst_util.arg(updated.func),  # pylint: disable=protected-access
+        cst_util.arg(func)])  # pylint: disable=protected-access
     func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]),
-                    args=modules._clean_args(list(func.args)))  # pylint: disable=protected-access
+                    args=cst_util.clean_args(list(func.args)))  # pylint: disable=protected-access
   up.rewrote(original, 'attention', f'nn.{attr} -> linen '
              'MultiHeadDotProductAttention with the legacy mask')
   up.ctx.report.rewritten[-1]['shipped'] = MASK_HELPER
   return cst.Call(func=cst.Call(
-      func=func, args=modules._clean_args(ctor),  # pylint: disable=protected-access
+      func=func, args=cst_util.clean_args(ctor),  # pylint: disable=protected-access
       whitespace_before_args=updated.whitespace_before_args),
-                  args=modules._clean_args(call))  # pylint: disable=protected-access
+                  args=cst_util.clean_args(call))  # pylint: disable=protected-access
 
 
 KWARGS_HELPER = '_legacy_attention_kwargs'

@@ -29,7 +29,7 @@ import dataclasses
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 
 
@@ -172,7 +172,7 @@ def shared_calls(class_node, apply, params):
       v = node.value
       if not (isinstance(t, (cst.Tuple, cst.Name)) and isinstance(v, cst.Call)
               and isinstance(v.func, cst.Attribute)
-              and facts_lib.dotted(v.func.value) == 'self'
+              and cst_util.dotted(v.func.value) == 'self'
               and v.func.attr.value in methods):
         return
       _, returns = _assigned_shared(methods[v.func.attr.value])

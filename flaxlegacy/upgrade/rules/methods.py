@@ -39,6 +39,7 @@ from typing import Dict, List, Optional
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import walk
 
@@ -104,7 +105,7 @@ class _ArrayArgs(walk.FastVisitor):
     self.array = set()
 
   def visit_Call(self, node):
-    name = facts_lib.dotted(node.func) or ''
+    name = cst_util.dotted(node.func) or ''
     if name.split('.')[0] not in ARRAY_LIBS:
       return
     for a in node.args:
@@ -135,7 +136,7 @@ def _method(fn, names):
                 required=tuple(p.name.value for p in plist[1:]
                                if p.default is None),
                 module_method=any(
-                    (facts_lib.dotted(d.decorator) or '').split('.')[-1]
+                    (cst_util.dotted(d.decorator) or '').split('.')[-1]
                     == 'module_method' for d in fn.decorators))
 
 

@@ -35,7 +35,7 @@ import os
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import walk
 
@@ -339,7 +339,7 @@ class ModelUses:
       return 'a splatted argument'
     flow = self.flow
     f = call.func
-    name = facts_lib.dotted(f) or ''
+    name = cst_util.dotted(f) or ''
     f_facts = self.codebase.files.get(rel)
     last = name.split('.')[-1]
     if last in ('isinstance', 'assertIsInstance') and len(call.args) == 2:
@@ -392,7 +392,7 @@ class ModelUses:
 
 def _is_traversal_expr(expr, f_facts):
   if isinstance(expr, cst.Call):
-    return _qualified(facts_lib.dotted(expr.func) or '', f_facts) in TRAVERSALS
+    return _qualified(cst_util.dotted(expr.func) or '', f_facts) in TRAVERSALS
   return False
 
 

@@ -48,8 +48,7 @@ import keyword
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
-from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import helpers
 from flaxlegacy.upgrade.rules import methods as methods_rule
@@ -60,7 +59,7 @@ def find(up, node):
   out = []
   for stmt in node.body.body:
     if isinstance(stmt, cst.FunctionDef) and any(
-        facts_lib.legacy_attr(d.decorator, up.ctx.facts.nn_prefixes)
+        cst_util.legacy_attr(d.decorator, up.ctx.facts.nn_prefixes)
         == 'module_method' for d in stmt.decorators):
       out.append(stmt)
   return out
@@ -239,7 +238,7 @@ def _convert_method(up, info, fn, shared=False):
   if rw.used_dynamic:
     up.ctx.needed_imports.add('itertools')
     stmts = list(body.body)
-    at = 1 if stmts and transform._is_docstring(stmts[0]) else 0  # pylint: disable=protected-access
+    at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0  # pylint: disable=protected-access
     stmts[at:at] = [cst.parse_statement(
         f'{modules.AUTONAME_VAR} = itertools.count()  # legacy auto-names: '
         'one counter for all submodules\n')]
@@ -309,7 +308,7 @@ def _with_todos(up, body, todos):
     if isinstance(s, cst.FunctionDef) and s.name.value in todos:
       for why in todos[s.name.value]:
         up.ctx.report.left.append({'line': up._line_of(s), 'why': why})  # pylint: disable=protected-access
-      s = transform.add_todos(s, todos[s.name.value])
+      s = cst_util.add_todos(s, todos[s.name.value])
     out.append(s)
   return out
 
@@ -343,7 +342,7 @@ def _split(fn, scope, inner_name, drop_decorators=()):
                   args=args)
   stmts = list(fn.body.body)
   doc = []
-  if stmts and transform._is_docstring(stmts[0]):  # pylint: disable=protected-access
+  if stmts and cst_util.is_docstring(stmts[0]):  # pylint: disable=protected-access
     doc, stmts = [stmts[0]], stmts[1:]
   if not stmts:
     stmts = [cst.SimpleStatementLine([cst.Pass()])]
@@ -393,7 +392,7 @@ def _shared_form(up, info, new_body, methods):
   if call is None:
     return None, 'no __call__ to share the compact scope with'
   compact = [d for d in call.decorators
-             if (facts_lib.dotted(d.decorator) or '').endswith('compact')]
+             if (cst_util.dotted(d.decorator) or '').endswith('compact')]
   if not compact:
     return None, '__call__ is not compact'
   taken = ({s.name.value for s in body if isinstance(s, cst.FunctionDef)}

@@ -4,7 +4,7 @@
   becomes a dataclass module: the hyper-parameters are fields (facts.py
   documents the split), the body moves into ``@nn.compact def __call__``
   and reads ``self.<field>``.  ``@nn.module`` functions become such classes.
-* Calls inside the body: legacy layers (rules/layers.py), other legacy
+* Calls inside the body: legacy layers (layer_table.py), other legacy
   modules (fields to the constructor, inputs to the call), ``X.partial``
   (-> ``functools.partial``), ``X.shared`` (-> one module instance, called
   as often as the legacy code called it), helpers returning ``X.partial``.
@@ -28,14 +28,14 @@ import collections
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import attention_cache
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
-from flaxlegacy.upgrade.rules import layers as layers_rule
 from flaxlegacy.upgrade.rules import partial_locals
 from flaxlegacy.upgrade.rules import drivers
 from flaxlegacy.upgrade.rules import runtime_modules
@@ -56,38 +56,6 @@ RESERVED_FIELDS = frozenset(('name', 'parent', 'scope', 'variables', 'params',
                              'param', 'variable', 'apply', 'init', 'setup',
                              'bind', 'make_rng', 'is_initializing', 'path'))
 AUTONAME_VAR = 'legacy_autoname'
-
-
-def _expr(src):
-  return cst.parse_expression(src)
-
-
-def _arg(value, keyword=None):
-  if keyword is None:
-    return cst.Arg(value=value)
-  return cst.Arg(value=value, keyword=cst.Name(keyword),
-                 equal=cst.AssignEqual(
-                     whitespace_before=cst.SimpleWhitespace(''),
-                     whitespace_after=cst.SimpleWhitespace('')))
-
-
-def _clean_args(args):
-  """Fixes trailing commas after args were moved around."""
-  args = list(args)
-  out = []
-  for i, a in enumerate(args):
-    if i < len(args) - 1:
-      if a.comma is cst.MaybeSentinel.DEFAULT or a.comma is None:
-        a = a.with_changes(comma=cst.Comma(
-            whitespace_after=cst.SimpleWhitespace(' ')))
-    else:
-      a = a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    out.append(a)
-  return out
-
-
-def _kw(a):
-  return a.keyword.value if a.keyword is not None else None
 
 
 class Resolver:
@@ -134,8 +102,8 @@ class Resolver:
       return None, (f'{name!r}: {why}; rewrite its uses by hand' if why
                     else None)
     if choice[0] == 'layer':
-      layer = layers_rule.LAYERS.get(choice[1])
-      if layer is None or layer.linen in layers_rule.SHIPPED:
+      layer = layer_table.LAYERS.get(choice[1])
+      if layer is None or layer.linen in layer_table.SHIPPED:
         return None, (f'{name!r} holds legacy {choice[1]}, which this '
                       'upgrade does not pass around')
       missing = [k for k in layer.add_kwargs
@@ -150,12 +118,12 @@ class Resolver:
 
   def __call__(self, expr):
     ctx = self.up.ctx
-    attr = facts_lib.legacy_attr(expr, ctx.facts.nn_prefixes)
+    attr = cst_util.legacy_attr(expr, ctx.facts.nn_prefixes)
     if attr is not None:
       if attention_rule.legacy_name(attr):
         return Ref('attention', attr, None)
-      if attr in layers_rule.LAYERS:
-        return Ref('layer', layers_rule.LAYERS[attr], None)
+      if attr in layer_table.LAYERS:
+        return Ref('layer', layer_table.LAYERS[attr], None)
       if attr == 'dropout':
         return Ref('dropout', None, None)
       return None
@@ -229,7 +197,7 @@ class Resolver:
           return Ref(f.attr.value, inner, expr)
       target, _ = ctx.codebase.partial_helper(ctx.facts, f)
       if target is not None:  # helper() / module.helper() -> X.partial
-        inner = self(_expr(target))
+        inner = self(cst_util.expr(target))
         if inner is not None and inner.kind in ('layer', 'class'):
           return Ref('partial', inner, expr)
       return None
@@ -248,7 +216,7 @@ def _orig_arg(call, position, keyword):
   for i, a in enumerate(call.args):
     if a.star:
       return None
-    if (a.keyword is None and i == position) or _kw(a) == keyword:
+    if (a.keyword is None and i == position) or cst_util.kw(a) == keyword:
       return a.value
   return None
 
@@ -276,7 +244,7 @@ def _type_name(ref):
 
 def _call_name(call):
   for a in call.args:
-    if _kw(a) == 'name':
+    if cst_util.kw(a) == 'name':
       return a
   return None
 
@@ -724,7 +692,7 @@ class ApplyRewriter(transform.Upgrader):
       if self.resolver(f.value) is not None:
         self._handled.add(id(f))
         self._handled.add(id(f.value))
-    name = facts_lib.legacy_attr(f, self.ctx.facts.nn_prefixes)
+    name = cst_util.legacy_attr(f, self.ctx.facts.nn_prefixes)
     if name in ('make_rng', 'is_stochastic'):
       self._handled.add(id(f))
     if (isinstance(f, cst.Attribute) and f.attr.value == 'is_initializing'
@@ -753,14 +721,14 @@ class ApplyRewriter(transform.Upgrader):
     if updated is not updated_node:
       return updated
     f = original_node.func
-    name = facts_lib.legacy_attr(f, self.ctx.facts.nn_prefixes)
+    name = cst_util.legacy_attr(f, self.ctx.facts.nn_prefixes)
     if name == 'make_rng' and not original_node.args:
       self.rewrote(original_node, 'stochastic', "nn.make_rng() -> "
                    "self.make_rng('dropout')")
-      return _expr("self.make_rng('dropout')")
+      return cst_util.expr("self.make_rng('dropout')")
     if name == 'is_stochastic' and not original_node.args:
       self.rewrote(original_node, 'stochastic', 'nn.is_stochastic()')
-      return _expr("self.has_rng('dropout')")
+      return cst_util.expr("self.has_rng('dropout')")
     if isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name) and (
         f.value.value == 'self'):
       return self._self_method(original_node, updated_node, f.attr.value)
@@ -809,7 +777,7 @@ class ApplyRewriter(transform.Upgrader):
     """``jax.tree_map(f, params, mask)`` with ``mask`` a dict field: linen
     freezes dict fields (a FrozenDict), legacy kept the dict, and a dict
     and a FrozenDict are different pytree nodes: read it unfrozen."""
-    name = facts_lib.dotted(original.func)
+    name = cst_util.dotted(original.func)
     if not (name and name.startswith('jax.') and name.split('.')[-1] in (
         'tree_map', 'tree_multimap')) or len(original.args) != len(
             updated.args):
@@ -821,7 +789,7 @@ class ApplyRewriter(transform.Upgrader):
           and a.value.value in self.fields
           and a.value.value not in self.assigned_fields):
         args[i] = args[i].with_changes(value=cst.Call(
-            func=_expr('flax.core.unfreeze'), args=[cst.Arg(args[i].value)]))
+            func=cst_util.expr('flax.core.unfreeze'), args=[cst.Arg(args[i].value)]))
         changed = True
     if not changed:
       return updated
@@ -834,7 +802,7 @@ class ApplyRewriter(transform.Upgrader):
     args = list(updated.args)
     if method == 'param':
       pos = [a for a in args if a.keyword is None]
-      kw = {_kw(a): a for a in args if a.keyword is not None}
+      kw = {cst_util.kw(a): a for a in args if a.keyword is not None}
       if any(a.star for a in args):
         self.todo(original, 'self.param with *args')
         return updated
@@ -849,13 +817,13 @@ class ApplyRewriter(transform.Upgrader):
              ordered[1].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
       self.rewrote(original, 'param', 'self.param(name, shape, init) -> '
                    'self.param(name, init, shape)')
-      return updated.with_changes(args=_clean_args(new))
+      return updated.with_changes(args=cst_util.clean_args(new))
     if method == 'state':
       return self._state(original, updated)
     if method == 'is_stateful':
       # legacy: inside any nn.stateful, mutable=False (evaluation) too;
       # linen: the state collection is mutable, or it was given
-      return _expr("(self.is_mutable_collection('batch_stats') or "
+      return cst_util.expr("(self.is_mutable_collection('batch_stats') or "
                    "'batch_stats' in self.variables)")
     if method in ('get_param', 'collection'):
       self.todo(original, f'self.{method} has no certain linen rewrite')
@@ -883,7 +851,7 @@ class ApplyRewriter(transform.Upgrader):
       if a.star:
         self.todo(original, 'self.state with *args')
         return updated
-      key = _kw(a) or (names[i] if i < len(names) else None)
+      key = cst_util.kw(a) or (names[i] if i < len(names) else None)
       bound[key] = a.value
     if 'collection' in bound and self.holds_none(_orig_arg(
         original, list(names).index('collection'), 'collection')):
@@ -897,7 +865,7 @@ class ApplyRewriter(transform.Upgrader):
       # variable of the stateful collection, created on the first write
       self.rewrote(original, 'state', "self.state(name) written only -> "
                    "self.variable('batch_stats', name)")
-      return _expr(f"self.variable('batch_stats', "
+      return cst_util.expr(f"self.variable('batch_stats', "
                    f"{self.ctx.code_of(bound['name'])}, lambda: None)")
     if 'collection' in bound or 'shape' not in bound or 'name' not in bound:
       self.todo(original, 'self.state with an explicit collection or no '
@@ -918,7 +886,7 @@ class ApplyRewriter(transform.Upgrader):
              f"lambda: {init_src}(self.make_rng('params'), {shape}))")
     self.rewrote(original, 'state', "self.state -> self.variable("
                  "'batch_stats', ...)")
-    return _expr(new)
+    return cst_util.expr(new)
 
   def _prefix(self):
     prefixes = sorted(self.ctx.facts.nn_prefixes)
@@ -931,22 +899,22 @@ class ApplyRewriter(transform.Upgrader):
     names = ('inputs', 'rate', 'deterministic', 'rng')
     bound = {}
     for i, a in enumerate(args):
-      key = _kw(a) or (names[i] if i < len(names) else None)
+      key = cst_util.kw(a) or (names[i] if i < len(names) else None)
       if a.star or key not in names:
         self.todo(original, 'nn.dropout call form')
         return updated
       bound[key] = a.value
-    ctor = [_arg(bound['rate'], 'rate')]
+    ctor = [cst_util.arg(bound['rate'], 'rate')]
     # legacy's default is deterministic=False; linen's Dropout has none
-    ctor.append(_arg(bound.get('deterministic', _expr('False')),
+    ctor.append(cst_util.arg(bound.get('deterministic', cst_util.expr('False')),
                      'deterministic'))
-    call = [_arg(bound['inputs'])]
+    call = [cst_util.arg(bound['inputs'])]
     if 'rng' in bound:
-      call.append(_arg(bound['rng'], 'rng'))
+      call.append(cst_util.arg(bound['rng'], 'rng'))
     self.rewrote(original, 'stochastic', 'nn.dropout -> nn.Dropout')
-    return cst.Call(func=cst.Call(func=_expr(self._prefix() + '.Dropout'),
-                                  args=_clean_args(ctor)),
-                    args=_clean_args(call))
+    return cst.Call(func=cst.Call(func=cst_util.expr(self._prefix() + '.Dropout'),
+                                  args=cst_util.clean_args(ctor)),
+                    args=cst_util.clean_args(call))
 
   def _auto_name(self, original, ref_type_name, ctor_src):
     """The ``name=`` argument to add for an auto-named call, or None."""
@@ -955,8 +923,8 @@ class ApplyRewriter(transform.Upgrader):
       if ref_type_name is None:
         if ctor_src is None:
           return None
-        return _expr(f"f'{{{ctor_src}.__name__}}_{{next({AUTONAME_VAR})}}'")
-      return _expr(f"f'{ref_type_name}_{{next({AUTONAME_VAR})}}'")
+        return cst_util.expr(f"f'{{{ctor_src}.__name__}}_{{next({AUTONAME_VAR})}}'")
+      return cst_util.expr(f"f'{ref_type_name}_{{next({AUTONAME_VAR})}}'")
     name = self.names.get(id(original))
     if name is None:
       return None
@@ -971,7 +939,7 @@ class ApplyRewriter(transform.Upgrader):
                 'outside: cannot tell the legacy name of its call')
       return updated
     if inner.kind == 'class':
-      if any(_kw(a) not in inner.target.fields + ['name'] for a in args):
+      if any(cst_util.kw(a) not in inner.target.fields + ['name'] for a in args):
         self.todo(original, '.partial binds call parameters')
         return updated
       kwargs = args
@@ -979,11 +947,11 @@ class ApplyRewriter(transform.Upgrader):
       kwargs = _add_layer_defaults(
           inner.target, [_layer_kwarg(a, inner.target) for a in args])
     if _call_name(original) is None:
-      kwargs = list(kwargs) + [_arg(cst.SimpleString(repr(legacy)), 'name')]
+      kwargs = list(kwargs) + [cst_util.arg(cst.SimpleString(repr(legacy)), 'name')]
     self.rewrote(original, 'partial', f'.partial held by {local} (called '
                  'once) -> one module instance')
     return cst.Call(func=_ctor_expr(self, inner, updated.func.value),
-                    args=_clean_args(kwargs))
+                    args=cst_util.clean_args(kwargs))
 
   def _shared(self, original, updated, inner):
     """``X.shared(**kw)`` -> ``X(**kw)``: one instance, called repeatedly."""
@@ -993,7 +961,7 @@ class ApplyRewriter(transform.Upgrader):
       return updated
     ctor = _ctor_expr(self, inner, updated.func.value)
     if inner.kind == 'class':
-      bad = [a for a in args if _kw(a) not in inner.target.fields + ['name']]
+      bad = [a for a in args if cst_util.kw(a) not in inner.target.fields + ['name']]
       if bad:
         self.todo(original, '.shared binds call parameters')
         return updated
@@ -1004,11 +972,11 @@ class ApplyRewriter(transform.Upgrader):
     if _call_name(original) is None:
       name = self._auto_name(original, None, None)
       if self.dynamic:
-        name = _expr(f'str(next({AUTONAME_VAR}))')
+        name = cst_util.expr(f'str(next({AUTONAME_VAR}))')
       if name is not None:
-        kwargs = list(kwargs) + [_arg(name, 'name')]
+        kwargs = list(kwargs) + [cst_util.arg(name, 'name')]
     self.rewrote(original, 'shared', '.shared(...) -> one module instance')
-    return cst.Call(func=ctor, args=_clean_args(kwargs))
+    return cst.Call(func=ctor, args=cst_util.clean_args(kwargs))
 
   def _module_call(self, original, updated, ref):
     if ref.kind == 'class' and ref.extra == 'runtime':
@@ -1025,7 +993,7 @@ class ApplyRewriter(transform.Upgrader):
       if target.kind == 'layer':
         extra = [a for a in args[1:]]
       else:
-        extra = [a for a in args if _kw(a) in target.target.fields]
+        extra = [a for a in args if cst_util.kw(a) in target.target.fields]
       if extra:
         self.todo(original, 'call of a shared module with hyper-parameters')
       return updated
@@ -1047,12 +1015,12 @@ class ApplyRewriter(transform.Upgrader):
     for a, o in zip(args, original.args):
       keys = splat.literal_keywords(a.value) if a.star == '**' else None
       if keys is not None:  # **{'k': v}: keywords of the call
-        expanded += [(_arg(v, k2), None) for k2, v in keys]
+        expanded += [(cst_util.arg(v, k2), None) for k2, v in keys]
       else:
         expanded.append((a, o))
     args = [a for a, _ in expanded]
     for i, (a, o) in enumerate(expanded):
-      k = _kw(a)
+      k = cst_util.kw(a)
       if a.star == '**' and o is not None:
         splat_values[id(a)] = o.value
       if a.star == '**':
@@ -1085,7 +1053,7 @@ class ApplyRewriter(transform.Upgrader):
       layer = target.target
       origin = {id(a): o for a, o in expanded}
       for k, a in list(bound):
-        if (layer.legacy, k) in layers_rule.UNSUPPORTED_ARGS:
+        if (layer.legacy, k) in layer_table.UNSUPPORTED_ARGS:
           o = origin.get(id(a))
           if o is not None and not o.star and self.holds_none(o.value):
             # None, the legacy default: the default collection, linen's
@@ -1093,7 +1061,7 @@ class ApplyRewriter(transform.Upgrader):
             self.rewrote(original, 'collections', f'{k}=None dropped '
                          '(the default collection)')
             continue
-          self.todo(original, layers_rule.UNSUPPORTED_ARGS[(layer.legacy, k)])
+          self.todo(original, layer_table.UNSUPPORTED_ARGS[(layer.legacy, k)])
           return updated
       inputs = [a for k, a in bound if k == 'inputs']
       ctor, positional_ok = [], ref.kind == 'layer'
@@ -1108,13 +1076,13 @@ class ApplyRewriter(transform.Upgrader):
           ctor.append(a.with_changes(value=_renamed_kwargs(layer, a.value)))
           continue
         idx = layer.params.index(k)
-        lk = layers_rule.linen_kwarg(layer, k)
+        lk = layer_table.linen_kwarg(layer, k)
         if (positional_ok and a.keyword is None and idx < len(
             layer.linen_fields) and layer.linen_fields[idx] == lk):
           ctor.append(a)
         else:
           positional_ok = False
-          ctor.append(_arg(a.value, lk).with_changes(comma=a.comma))
+          ctor.append(cst_util.arg(a.value, lk).with_changes(comma=a.comma))
       if ref.kind == 'layer':
         ctor = _add_layer_defaults(layer, ctor)
       call_args = [a.with_changes(keyword=None,
@@ -1136,7 +1104,7 @@ class ApplyRewriter(transform.Upgrader):
         return updated
       for k, a in bound:
         if k == 'name' or k in info.fields:
-          ctor.append(a if a.keyword is not None else _arg(a.value, k))
+          ctor.append(a if a.keyword is not None else cst_util.arg(a.value, k))
         elif k == '**':
           new = self._splat(original, info, a, splat_values.get(id(a)),
                             given, var_kw)
@@ -1152,7 +1120,7 @@ class ApplyRewriter(transform.Upgrader):
       if var_kw:
         items = ', '.join(f'{k!r}: {self.ctx.code_of(a.value)}'
                           for k, a in var_kw.items())
-        ctor.append(_arg(_expr('{' + items + '}'), info.var_kw))
+        ctor.append(cst_util.arg(cst_util.expr('{' + items + '}'), info.var_kw))
       type_name = _type_name(target)
     if _call_name(original) is None and not _partial_named(ref):
       if self.todo_all:
@@ -1164,12 +1132,12 @@ class ApplyRewriter(transform.Upgrader):
       if name is None and type_name is None:
         self.todo(original, 'cannot tell the legacy auto-name')
       if name is not None:
-        ctor = list(ctor) + [_arg(name, 'name')]
+        ctor = list(ctor) + [cst_util.arg(name, 'name')]
     func = _ctor_expr(self, ref, updated.func)
     self.rewrote(original, 'module_call', f'{type_name or "module"} call -> '
                  'construct + call')
-    return cst.Call(func=cst.Call(func=func, args=_clean_args(ctor)),
-                    args=_clean_args(call_args))
+    return cst.Call(func=cst.Call(func=func, args=cst_util.clean_args(ctor)),
+                    args=cst_util.clean_args(call_args))
 
 
 def _splat(self, original, info, arg, legacy_value, given, var_kw):
@@ -1187,9 +1155,9 @@ def _splat(self, original, info, arg, legacy_value, given, var_kw):
     if var_kw:
       items = ', '.join(f'{k!r}: {self.ctx.code_of(a.value)}'
                         for k, a in var_kw.items())
-      value = _expr(f'{{**{self.ctx.code_of(value)}, {items}}}')
+      value = cst_util.expr(f'{{**{self.ctx.code_of(value)}, {items}}}')
     self.rewrote(original, 'splat', f'**{info.var_kw} forwarded whole')
-    return _arg(value, info.var_kw), None
+    return cst_util.arg(value, info.var_kw), None
   split, why = splat.runtime_split(
       self, info, arg.value, [(k, a.value) for k, a in var_kw.items()],
       self.ctx.code_of)
@@ -1207,18 +1175,18 @@ ApplyRewriter._splat = _splat  # pylint: disable=protected-access
 def _ctor_expr(up, ref, updated_func):
   """The constructor expression: ``nn.Dense``, ``Block``, a variable ..."""
   if ref.kind == 'layer':
-    if ref.target.linen in layers_rule.SHIPPED:
-      # a flaxlegacy linen layer (rules/layers.py SHIPPED)
-      full = layers_rule.SHIPPED[ref.target.linen]
+    if ref.target.linen in layer_table.SHIPPED:
+      # a flaxlegacy linen layer (layer_table.py SHIPPED)
+      full = layer_table.SHIPPED[ref.target.linen]
       up.ctx.needed_imports.add(full.rsplit('.', 1)[0])
       up.ctx.report.rewritten.append({
           'rule': 'layer', 'line': up.ctx.line(updated_func),
           'what': f'nn.{ref.target.legacy} -> {ref.target.linen}',
           'shipped': full})
-      return _expr(ref.target.linen)
+      return cst_util.expr(ref.target.linen)
     if subclasses.is_user_layer(ref.target):
       return updated_func  # the user's subclass of a layer (StdConv)
-    return updated_func if isinstance(updated_func, cst.Attribute) else _expr(
+    return updated_func if isinstance(updated_func, cst.Attribute) else cst_util.expr(
         up._prefix() + '.' + ref.target.linen)  # pylint: disable=protected-access
   return updated_func
 
@@ -1233,22 +1201,22 @@ def _renamed_kwargs(layer, value):
   src = cst.Module([]).code_for_node(value)
   if not isinstance(value, (cst.Name, cst.Attribute)):
     src = f'({src})'
-  return _expr(f'{{{table}.get(k, k): v for k, v in {src}.items()}}')
+  return cst_util.expr(f'{{{table}.get(k, k): v for k, v in {src}.items()}}')
 
 
 def _layer_kwarg(a, layer):
-  k = _kw(a)
+  k = cst_util.kw(a)
   if k is None or k == 'name':
     return a
-  return a.with_changes(keyword=cst.Name(layers_rule.linen_kwarg(layer, k)))
+  return a.with_changes(keyword=cst.Name(layer_table.linen_kwarg(layer, k)))
 
 
 def _add_layer_defaults(layer, args):
-  have = {_kw(a) for a in args}
+  have = {cst_util.kw(a) for a in args}
   out = list(args)
   for k, v in layer.add_kwargs.items():
     if k not in have:
-      out.append(_arg(_expr(v), k))
+      out.append(cst_util.arg(cst_util.expr(v), k))
   return out
 
 
@@ -1261,9 +1229,9 @@ def partial_call(up, original, updated, inner):
   if inner.kind == 'layer':
     layer = inner.target
     for a in args:
-      if (layer.legacy, _kw(a)) in layers_rule.UNSUPPORTED_ARGS:
-        up.todo(original, layers_rule.UNSUPPORTED_ARGS[(layer.legacy,
-                                                        _kw(a))])
+      if (layer.legacy, cst_util.kw(a)) in layer_table.UNSUPPORTED_ARGS:
+        up.todo(original, layer_table.UNSUPPORTED_ARGS[(layer.legacy,
+                                                        cst_util.kw(a))])
         return updated
     args = _add_layer_defaults(layer, [_layer_kwarg(a, layer) for a in args])
     args = [a.with_changes(value=_renamed_kwargs(layer, a.value))
@@ -1272,7 +1240,7 @@ def partial_call(up, original, updated, inner):
     root = _partial_root(inner)
     fields = root.target.fields if root.kind == 'class' else []
     if root.kind == 'layer':
-      fields = [layers_rule.linen_kwarg(root.target, p)
+      fields = [layer_table.linen_kwarg(root.target, p)
                 for p in root.target.params]
       args = [_layer_kwarg(a, root.target) for a in args]
       args = [a.with_changes(value=_renamed_kwargs(root.target, a.value))
@@ -1282,7 +1250,7 @@ def partial_call(up, original, updated, inner):
       args = _partial_class_kwargs(up, original, root.target, args)
       if args is None:
         return updated
-    bad = [_kw(a) for a in args if _kw(a) and _kw(a) not in fields + ['name']
+    bad = [cst_util.kw(a) for a in args if cst_util.kw(a) and cst_util.kw(a) not in fields + ['name']
            + [root.target.var_kw] * (root.kind == 'class')]
     if bad:
       up.todo(original, f'.partial binds call parameters {bad}')
@@ -1290,8 +1258,8 @@ def partial_call(up, original, updated, inner):
   up.ctx.needed_imports.add('functools')
   up.rewrote(original, 'partial', '.partial -> functools.partial')
   ctor = _ctor_expr(up, inner, updated.func.value)
-  return cst.Call(func=_expr('functools.partial'),
-                  args=_clean_args([_arg(ctor)] + args))
+  return cst.Call(func=cst_util.expr('functools.partial'),
+                  args=cst_util.clean_args([cst_util.arg(ctor)] + args))
 
 
 def _partial_class_kwargs(up, original, info, args):
@@ -1312,7 +1280,7 @@ def _partial_class_kwargs(up, original, info, args):
     return None
   if not splats:
     items = ', '.join(f'{k!r}: {up.ctx.code_of(v)}' for k, v in extra)
-    return out + [_arg(_expr('{' + items + '}'), info.var_kw)]
+    return out + [cst_util.arg(cst_util.expr('{' + items + '}'), info.var_kw)]
   if not info.var_kw and len(info.call) <= 1:
     return args  # its keys can only be fields (or a TypeError, as legacy)
   if not info.var_kw:
@@ -1347,7 +1315,7 @@ def module_level_partial_visit(up, node):
                            helper_facts.partial_helper_binds.get(name, {}))
   elif isinstance(f, cst.Attribute) and f.attr.value == 'partial':
     info = aliases_rule.root_info(up.ctx.codebase, up.ctx.facts,
-                                  facts_lib.dotted(f.value) and facts_lib.dotted(
+                                  cst_util.dotted(f.value) and cst_util.dotted(
                                       f.value).split('.')[-1])
     if info is not None:
       drivers.layer_values(up, node, info)
@@ -1422,13 +1390,13 @@ def _classes_partial(up, original, updated):
     up.rewrote(original, 'partial', '.partial of module classes of '
                'different parameters -> partial_module (keywords split '
                'at run time)')
-    return cst.Call(func=_expr(PARTIAL_HELPER.rsplit('.', 1)[1]),
-                    args=_clean_args([_arg(updated.func.value)] + args))
+    return cst.Call(func=cst_util.expr(PARTIAL_HELPER.rsplit('.', 1)[1]),
+                    args=cst_util.clean_args([cst_util.arg(updated.func.value)] + args))
   up.ctx.needed_imports.add('functools')
   up.rewrote(original, 'partial', '.partial of module classes known by '
              'their values -> functools.partial')
-  return cst.Call(func=_expr('functools.partial'),
-                  args=_clean_args([_arg(updated.func.value)] + args))
+  return cst.Call(func=cst_util.expr('functools.partial'),
+                  args=cst_util.clean_args([cst_util.arg(updated.func.value)] + args))
 
 
 def _field_annotation(default_src):
@@ -1482,10 +1450,10 @@ def _body_of(up, info, fn, methods_plan=None):
         'counter for all submodules\n'))
   if prologue:
     stmts = list(body.body)
-    at = 1 if stmts and transform._is_docstring(stmts[0]) else 0  # pylint: disable=protected-access
+    at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0  # pylint: disable=protected-access
     stmts[at:at] = prologue
     body = body.with_changes(body=stmts)
-  compact = cst.Decorator(decorator=_expr(rw._prefix() + '.compact'))  # pylint: disable=protected-access
+  compact = cst.Decorator(decorator=cst_util.expr(rw._prefix() + '.compact'))  # pylint: disable=protected-access
   return fn.with_changes(name=cst.Name('__call__'), params=new_params,
                          body=body, decorators=[compact],
                          leading_lines=fn.leading_lines), rw
@@ -1531,11 +1499,11 @@ def _linen_base(base, up):
   """linen's Module for a legacy ``nn.Module`` / ``nn.base.Module`` base
   spelled in a way the rewritten imports do not cover (``flax.nn.Module``
   under ``import flax``; ``nn.base``, which linen lacks), else None."""
-  name = facts_lib.dotted(base) or ''
+  name = cst_util.dotted(base) or ''
   if name in ('flax.nn.Module', 'flax.deprecated.nn.Module',
               'flax.nn.base.Module', 'flax.deprecated.nn.base.Module'):
     return 'flax.linen.Module'
-  if facts_lib.legacy_attr(base, up.ctx.facts.nn_prefixes) == 'base.Module':
+  if cst_util.legacy_attr(base, up.ctx.facts.nn_prefixes) == 'base.Module':
     return name[:-len('.base.Module')] + '.Module'
   return None
 
@@ -1589,7 +1557,7 @@ def convert_class(up, node, info, plain=False):
   # fields go right after the docstring
   if fields:
     new_body = [s for s in new_body if s not in fields]
-    at = 1 if new_body and transform._is_docstring(new_body[0]) else 0  # pylint: disable=protected-access
+    at = 1 if new_body and cst_util.is_docstring(new_body[0]) else 0  # pylint: disable=protected-access
     new_body[at:at] = fields
   mms = [m for m in module_methods_rule.find(up, node)
          if m.name.value in others]
@@ -1613,7 +1581,7 @@ def convert_class(up, node, info, plain=False):
   if rw.rename is not None:
     # names written in any method (helpers making submodules for apply)
     up.ctx.report.renames.append(rw.rename.entry(info, legacy_methods))
-  bases = [b.with_changes(value=_expr(_linen_base(b.value, up)))
+  bases = [b.with_changes(value=cst_util.expr(_linen_base(b.value, up)))
            if _linen_base(b.value, up) else b for b in node.bases]
   return node.with_changes(bases=bases,
                            body=node.body.with_changes(body=new_body))
@@ -1630,14 +1598,14 @@ def convert_function(up, node, info):
     up.ctx.report.renames.append(rw.rename.entry(info, []))
   doc = []
   stmts = list(call_fn.body.body)
-  if stmts and transform._is_docstring(stmts[0]):  # pylint: disable=protected-access
+  if stmts and cst_util.is_docstring(stmts[0]):  # pylint: disable=protected-access
     doc = [stmts[0]]
     call_fn = call_fn.with_changes(body=call_fn.body.with_changes(
         body=stmts[1:]))
   prefix = ApplyRewriter._prefix(up)  # pylint: disable=protected-access
   cls = cst.ClassDef(
       name=cst.Name(info.name),
-      bases=[cst.Arg(value=_expr(prefix + '.Module'))],
+      bases=[cst.Arg(value=cst_util.expr(prefix + '.Module'))],
       body=cst.IndentedBlock(body=doc + fields + [
           call_fn.with_changes(leading_lines=[cst.EmptyLine(indent=False)] if fields or
                                doc else [])]),

@@ -56,9 +56,9 @@ import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import flow as flow_lib
-from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import aliases
 from flaxlegacy.upgrade.rules import attention_cache
@@ -66,7 +66,6 @@ from flaxlegacy.upgrade.rules import lifecycle_runtime
 from flaxlegacy.upgrade.rules import model_uses
 from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules import optimizer_defs
-from flaxlegacy.upgrade.rules.modules import _arg  # pylint: disable=g-importing-member
 
 OPT, MODEL, STRUCT = 'optimizer', 'model', 'struct'
 LIFECYCLE = ('init', 'init_by_shape', 'create', 'create_by_shape')
@@ -141,20 +140,6 @@ def _s(src):
   return cst.parse_statement(src)
 
 
-def _clean(args):
-  """Commas between args (or list / dict items), none after the last."""
-  args = list(args)
-  out = []
-  for i, a in enumerate(args):
-    if i < len(args) - 1:
-      a = a.with_changes(comma=cst.Comma(
-          whitespace_after=cst.SimpleWhitespace(' ')))
-    else:
-      a = a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    out.append(a)
-  return out
-
-
 # --- facts ---------------------------------------------------------------------
 
 
@@ -190,7 +175,7 @@ class _Scan(walk.FastVisitor):
     self._classes += 1
     names = []
     for b in node.bases:
-      name = facts_lib.dotted(b.value) if isinstance(
+      name = cst_util.dotted(b.value) if isinstance(
           b.value, (cst.Name, cst.Attribute)) else None
       names.append(name)
       head, _, attr = (name or '').rpartition('.')
@@ -223,7 +208,7 @@ class _Scan(walk.FastVisitor):
                                               cst.Name)
         and isinstance(v, cst.Call) and v.args
         and isinstance(v.args[0].value, cst.Name)
-        and (facts_lib.dotted(v.func) or '').split('.')[-1] in (
+        and (cst_util.dotted(v.func) or '').split('.')[-1] in (
             'grad', 'value_and_grad')):
       self.grad_fns[node.targets[0].target.value] = v.args[0].value.value
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
@@ -258,7 +243,7 @@ class _Scan(walk.FastVisitor):
     index = None
     if isinstance(v, cst.Tuple) and v.elements:
       v, index = v.elements[0].value, 0
-    if not (isinstance(v, cst.Call) and facts_lib.legacy_attr(
+    if not (isinstance(v, cst.Call) and cst_util.legacy_attr(
         v.func, self.f.nn_prefixes) == 'Model' and v.args):
       return
     assigns, params = self._locals[-1]
@@ -276,7 +261,7 @@ class _Scan(walk.FastVisitor):
     if not isinstance(v, cst.Name) or v.value not in assigns:
       return
     m = assigns[v.value]
-    if not (isinstance(m, cst.Call) and facts_lib.legacy_attr(
+    if not (isinstance(m, cst.Call) and cst_util.legacy_attr(
         m.func, self.f.nn_prefixes) == 'Model' and m.args):
       return
     self._record_builder(m.args[0].value, assigns, params, index)
@@ -297,7 +282,7 @@ class _Scan(walk.FastVisitor):
       self._model_builder_name(v)
     if (getattr(self, '_fn', None) and isinstance(v, cst.Call)
         and isinstance(v.func, (cst.Name, cst.Attribute))):
-      name = facts_lib.dotted(v.func) or ''
+      name = cst_util.dotted(v.func) or ''
       head, _, attr = name.rpartition('.')
       if head in self.f.optim_locals and attr in TX_RULES:
         self.f.optdef_functions.add(self._fn[-1])
@@ -317,7 +302,7 @@ class _Scan(walk.FastVisitor):
         v = node.args[0].value
         if isinstance(v, cst.Name):
           self.f.loss_fns[v.value] = self.code_of(fn.value)
-      if (facts_lib.legacy_attr(fn, self.f.nn_prefixes) == 'Model'
+      if (cst_util.legacy_attr(fn, self.f.nn_prefixes) == 'Model'
           and node.args):
         self.f.model_classes.add(_class_name(node.args[0].value))
         # the class the source names for its module (a local bound to a
@@ -334,7 +319,7 @@ class _Scan(walk.FastVisitor):
     if (isinstance(fn, cst.Call) and node.args
         and isinstance(node.args[0].value, cst.Attribute)
         and node.args[0].value.attr.value == 'target'):
-      name = facts_lib.dotted(fn.func) or ''
+      name = cst_util.dotted(fn.func) or ''
       if name.split('.')[-1] in ('grad', 'value_and_grad') and fn.args:
         v = fn.args[0].value
         if isinstance(v, cst.Name):
@@ -357,7 +342,7 @@ def _class_name(expr):
   if (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
       and expr.func.attr.value == 'partial'):
     expr = expr.func.value
-  name = facts_lib.dotted(expr) if isinstance(
+  name = cst_util.dotted(expr) if isinstance(
       expr, (cst.Name, cst.Attribute)) else None
   return name.split('.')[-1] if name else None
 
@@ -383,7 +368,7 @@ def _top_names(module):
             isinstance(small.names, cst.ImportStar)):
           for a in small.names:
             names.add(a.asname.name.value if a.asname and isinstance(
-                a.asname.name, cst.Name) else (facts_lib.dotted(
+                a.asname.name, cst.Name) else (cst_util.dotted(
                     a.name) or '').split('.')[0])
   return names
 
@@ -489,7 +474,7 @@ class Scope:
     return None
 
 
-class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
+class ProgramRewriter(cst_util.TodoComments, cst.CSTTransformer):
   """The program-level pass over one legacy file."""
 
   def __init__(self, ctx):
@@ -554,7 +539,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
 
   def _is_module_expr(self, expr):
     """A user legacy module class or module alias (not a legacy layer)."""
-    if facts_lib.legacy_attr(expr, self.f.nn_prefixes) is not None:
+    if cst_util.legacy_attr(expr, self.f.nn_prefixes) is not None:
       return False
     if aliases.is_module_name(self.codebase, _class_name(expr)):
       return True
@@ -613,11 +598,11 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     return self._is_module_expr(expr)
 
   def is_nn(self, expr, attr):
-    return facts_lib.legacy_attr(expr, self.f.nn_prefixes) == attr
+    return cst_util.legacy_attr(expr, self.f.nn_prefixes) == attr
 
   def is_optim(self, expr):
     """'Momentum' for ``optim.Momentum``, else None."""
-    name = facts_lib.dotted(expr) if isinstance(
+    name = cst_util.dotted(expr) if isinstance(
         expr, (cst.Name, cst.Attribute)) else None
     if not name:
       return None
@@ -735,7 +720,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
     """Source of a linen module instance for a legacy class expression."""
     code = self.ctx.code_of(cls_expr)
     if (isinstance(cls_expr, cst.Call)
-        and facts_lib.dotted(cls_expr.func) == 'functools.partial'
+        and cst_util.dotted(cls_expr.func) == 'functools.partial'
         and cls_expr.args and not cls_expr.args[0].keyword
         and not cls_expr.args[0].star):
       # models.M.partial(...), already rewritten by leave_Call
@@ -836,7 +821,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
 
   def is_optimizer_state(self, node):
     """Whether ``node`` names legacy ``flax.optim.OptimizerState``."""
-    name = facts_lib.dotted(node) if isinstance(
+    name = cst_util.dotted(node) if isinstance(
         node, (cst.Name, cst.Attribute)) else None
     return _qualified(name, self.f.imports) in (
         'flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
@@ -1128,7 +1113,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
             self._is_module_expr(ov.func.value) or (
                 isinstance(ov.func.value, cst.Name)
                 and self.scope.lookup('modvars_', ov.func.value.value))) \
-        and facts_lib.legacy_attr(ov.func.value, self.f.nn_prefixes) is None:
+        and cst_util.legacy_attr(ov.func.value, self.f.nn_prefixes) is None:
       # ``_, params = X.init(rng, ...)``: the pair is legacy's life cycle;
       # X is not known to hold one legacy module class (a functools.partial
       # built elsewhere, a class from outside)
@@ -1357,12 +1342,12 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       else:
         items.append(new_item)
     if not handled:
-      return updated_node.with_changes(items=_clean(items))
+      return updated_node.with_changes(items=cst_util.clean(items))
     if not all(h[3] for h in handled):
       runtime = lifecycle_runtime.runtime_block(
           self, original_node, updated_node, handled, items,
           lambda item: isinstance(item.item, cst.Call) and self.is_nn(
-              item.item.func, 'stateful'), _clean)
+              item.item.func, 'stateful'), cst_util.clean)
       if runtime is not None:
         return runtime
       what = ('legacy attention cache block' if any(
@@ -1373,7 +1358,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return updated_node
     self.note(original_node, 'nn.stateful -> apply arguments')
     if items:
-      return updated_node.with_changes(items=_clean(items))
+      return updated_node.with_changes(items=cst_util.clean(items))
     body = list(updated_node.body.body)
     if body:
       body[0] = body[0].with_changes(leading_lines=list(
@@ -1558,7 +1543,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       self.note(original_node, 'M.partial -> functools.partial')
       return updated_node.with_changes(
           func=_e('functools.partial'),
-          args=_clean([cst.Arg(value=updated_node.func.value)]
+          args=cst_util.clean([cst.Arg(value=updated_node.func.value)]
                       + list(updated_node.args)))
     # M.call(params, *inputs) of a known module (or a local holding its
     # partial): apply with the parameters
@@ -1652,7 +1637,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       return updated_node
     if name == 'ModelParamTraversal' or (
         isinstance(f, (cst.Name, cst.Attribute))
-        and self._qualify(facts_lib.dotted(f))
+        and self._qualify(cst_util.dotted(f))
         == 'flax.optim.ModelParamTraversal'
         and id(original_node) in self._traversal_objects()):
       return self._traversal(original_node, updated_node)
@@ -1709,7 +1694,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
       self._rewritten_calls.add(id(original_node))
       return _e(f'{apply}({variables}, {args}{extra})')
     # checkpoints.restore_checkpoint(dir, opt)
-    name = facts_lib.dotted(f) if isinstance(f, (cst.Name, cst.Attribute)
+    name = cst_util.dotted(f) if isinstance(f, (cst.Name, cst.Attribute)
                                              ) else None
     full = self._qualify(name)
     if full == 'flax.training.checkpoints.restore_checkpoint' and len(
@@ -2083,7 +2068,7 @@ class ProgramRewriter(transform.TodoComments, cst.CSTTransformer):
 
   def visit_Subscript(self, node):
     # Callable[[nn.Model, ...], ...] in a type alias: a type, not a value
-    name = facts_lib.dotted(node.value) if isinstance(
+    name = cst_util.dotted(node.value) if isinstance(
         node.value, (cst.Name, cst.Attribute)) else None
     if name and name.split('.')[-1] in TYPING_GENERICS:
       self._in_type += 1
@@ -2144,7 +2129,7 @@ class _TraversalUses(walk.ScopedVisitor):
     return isinstance(v, cst.Call) and isinstance(
         v.func, (cst.Name, cst.Attribute)) and (
             self.rw.is_optim(v.func) == 'ModelParamTraversal'
-            or self.rw._qualify(facts_lib.dotted(v.func))  # pylint: disable=protected-access
+            or self.rw._qualify(cst_util.dotted(v.func))  # pylint: disable=protected-access
             == 'flax.optim.ModelParamTraversal')
 
   def visit_Assign(self, node):
@@ -2264,13 +2249,13 @@ def _drop_optim_import(module, optim_locals):
       if isinstance(updated_node.names, cst.ImportStar):
         return updated_node
       keep = [a for a in updated_node.names
-              if (a.asname.name.value if a.asname else facts_lib.dotted(
+              if (a.asname.name.value if a.asname else cst_util.dotted(
                   a.name)) not in optim_locals]
       if len(keep) == len(updated_node.names):
         return updated_node
       if not keep:
         return cst.RemoveFromParent()
-      return updated_node.with_changes(names=_clean(keep))
+      return updated_node.with_changes(names=cst_util.clean(keep))
 
     def leave_Import(self, original_node, updated_node):
       keep = [a for a in updated_node.names
@@ -2279,32 +2264,9 @@ def _drop_optim_import(module, optim_locals):
         return updated_node
       if not keep:
         return cst.RemoveFromParent()
-      return updated_node.with_changes(names=_clean(keep))
+      return updated_node.with_changes(names=cst_util.clean(keep))
 
   return module.visit(T()), True
-
-
-def _add_imports(module, statements, bound):
-  """Adds import statements (source lines) after the last top-level import,
-  skipping those whose local name the file already binds."""
-  new = []
-  for src in sorted(statements):
-    local = src.split()[-1] if ' as ' in src else src.split()[-1].split('.')[0]
-    if local in bound:
-      continue
-    new.append(_s(src + '\n'))
-  if not new:
-    return module
-  body = list(module.body)
-  last = -1
-  for i, stmt in enumerate(body):
-    if isinstance(stmt, cst.SimpleStatementLine) and any(
-        isinstance(x, (cst.Import, cst.ImportFrom)) for x in stmt.body):
-      last = i
-  if last < 0:
-    last = 0 if body and transform._is_docstring(body[0]) else -1  # pylint: disable=protected-access
-  body[last + 1:last + 1] = new
-  return module.with_changes(body=body)
 
 
 def _drop_unused_optim_names(module, f):
@@ -2323,17 +2285,17 @@ def _drop_unused_optim_names(module, f):
 
     def leave_ImportFrom(self, original_node, updated_node):
       if isinstance(updated_node.names, cst.ImportStar) or not (
-          (facts_lib.dotted(updated_node.module) or '').startswith(
+          (cst_util.dotted(updated_node.module) or '').startswith(
               'flax.optim')):
         return updated_node
       keep = [a for a in updated_node.names
-              if (a.asname.name.value if a.asname else facts_lib.dotted(
+              if (a.asname.name.value if a.asname else cst_util.dotted(
                   a.name)) not in unused]
       if len(keep) == len(updated_node.names):
         return updated_node
       if not keep:
         return cst.RemoveFromParent()
-      return updated_node.with_changes(names=_clean(keep))
+      return updated_node.with_changes(names=cst_util.clean(keep))
 
   return module.visit(T()), unused
 
@@ -2350,4 +2312,4 @@ def run(ctx, module):
   bound = set(ctx.facts.imports) - unused
   if dropped:
     bound -= rw.f.optim_locals
-  return _add_imports(new, rw.imports, bound)
+  return cst_util.add_import_lines(new, rw.imports, bound)

@@ -39,16 +39,16 @@ rewrite does with a class whose base is not ``nn.Module``:
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import walk
-from flaxlegacy.upgrade.rules import layers
 
 # Legacy layers whose classes define nothing but ``apply`` (an ``apply``
 # override replaces all of what they compute).
 APPLY_ONLY_LAYERS = frozenset(('Dense', 'DenseGeneral', 'Conv',
                                'ConvTranspose', 'BatchNorm', 'LayerNorm',
                                'GroupNorm'))
-# Legacy layers whose linen counterparts (rules/layers.py) create every
+# Legacy layers whose linen counterparts (layer_table.py) create every
 # parameter with ``self.param(name, init_fn, shape[, dtype])``, under the
 # legacy names: a ``param`` override carries over.
 PARAM_LAYERS = frozenset(('Dense', 'DenseGeneral', 'Conv', 'ConvTranspose',
@@ -153,7 +153,7 @@ def _param_override_why(cls):
 
 
 def param_layer(codebase, info):
-  """The rules/layers.py Layer a legacy layer subclass whose only method
+  """The layer_table.py Layer a legacy layer subclass whose only method
   is a ``param`` override that carries over is called as (constructing the
   subclass itself), or None."""
   if info is None or info.kind != 'class' or info.base not in PARAM_LAYERS:
@@ -164,7 +164,7 @@ def param_layer(codebase, info):
     return None
   if info.problems != ['no apply method']:
     return None
-  base = layers.LAYERS.get(info.base)
+  base = layer_table.LAYERS.get(info.base)
   if base is None:
     return None
   return base._replace(legacy=info.name, linen=info.name)
@@ -172,7 +172,7 @@ def param_layer(codebase, info):
 
 def is_user_layer(layer):
   """A Layer from ``param_layer`` (its constructor is the user's class)."""
-  return layers.LAYERS.get(layer.legacy) is not layer and (
+  return layer_table.LAYERS.get(layer.legacy) is not layer and (
       layer.legacy == layer.linen)
 
 
@@ -217,9 +217,9 @@ def _names(node):
 def convert_param_override(up, node, info, layer):
   """``class StdConv(nn.Conv): def param(self, name, shape, init)`` ->
   a linen ``nn.Conv`` subclass with ``param(self, name, init, shape, ...)``."""
-  base = layers.LAYERS[info.base]
-  if base.linen in layers.SHIPPED:
-    full = layers.SHIPPED[base.linen]
+  base = layer_table.LAYERS[info.base]
+  if base.linen in layer_table.SHIPPED:
+    full = layer_table.SHIPPED[base.linen]
     up.ctx.needed_imports.add(full.rsplit('.', 1)[0])
     base_src = base.linen
   else:
@@ -291,7 +291,7 @@ def convert(up, node, info, convert_plain):
   codebase = up.ctx.codebase
   base_name = info.base
   methods, uses_super = _shape(codebase, info)
-  layer = base_name if facts_lib.legacy_attr(
+  layer = base_name if cst_util.legacy_attr(
       _base_expr(node, info), up.ctx.facts.nn_prefixes) else None
   if getattr(info, 'inherits', None):
     up.rewrote(node, 'subclass', f'class {info.name}({base_name}): no apply '
@@ -350,7 +350,7 @@ def convert(up, node, info, convert_plain):
 
 def _base_expr(node, info):
   for b in node.bases:
-    name = facts_lib.dotted(b.value)
+    name = cst_util.dotted(b.value)
     if name and name.split('.')[-1] == info.base:
       return b.value
   return None
