@@ -39,15 +39,9 @@ bias=False, cache=cache)`` becomes::
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade.collectors.usage import ATTENTION  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import attention_cache
 
-# legacy spellings (after the nn prefix) of the attention modules
-ATTENTION = {
-    'SelfAttention': 'SelfAttention',
-    'MultiHeadDotProductAttention': 'MultiHeadDotProductAttention',
-    'attention.SelfAttention': 'SelfAttention',
-    'attention.MultiHeadDotProductAttention': 'MultiHeadDotProductAttention',
-}
 # The legacy auto-name of both (SelfAttention is a partial class).
 TYPE_NAME = 'MultiHeadDotProductAttention'
 MASK_HELPER = 'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask'
@@ -67,10 +61,6 @@ CTOR = {'num_heads': 'num_heads', 'dtype': 'dtype',
         'bias_init': 'bias_init', 'bias': 'use_bias'}
 MASK_ARGS = ('attention_axis', 'causal_mask', 'padding_mask',
              'key_padding_mask', 'segmentation', 'key_segmentation')
-# Arguments that carry arrays (facts.py: the enclosing module's parameter
-# passed here is a __call__ parameter, not a field).
-ARRAY_KWARGS = ('inputs_kv', 'padding_mask', 'key_padding_mask',
-                'segmentation', 'key_segmentation', 'dropout_rng')
 
 DECODE_TODO = ('legacy attention cache -> linen decode=(cache is not None): '
                "the decoding cache is linen's 'cache' collection (init with "
@@ -82,31 +72,6 @@ DECODE_TODO = ('legacy attention cache -> linen decode=(cache is not None): '
 def legacy_name(attr):
   """'SelfAttention' / 'MultiHeadDotProductAttention' for a legacy attr."""
   return ATTENTION.get(attr)
-
-
-def array_params(func, args, params):
-  """Parameters of ``params`` that a legacy attention call uses as arrays.
-
-  ``func``: the callee (``nn.SelfAttention``), ``args``: its libcst args.
-  """
-  name = cst_util.dotted(func) if isinstance(
-      func, (cst.Attribute, cst.Name)) else None
-  if not name or not any(name.endswith('.' + a) for a in ATTENTION):
-    return set()
-  out = set()
-  positional = 0
-  for a in args:
-    v = a.value
-    p = v.value if isinstance(v, cst.Name) and v.value in params else None
-    if a.keyword is None and not a.star:
-      # inputs_q, and MultiHeadDotProductAttention's inputs_kv
-      if p and (positional == 0 or positional == 1 and name.endswith(
-          'MultiHeadDotProductAttention')):
-        out.add(p)
-      positional += 1
-    elif a.keyword is not None and a.keyword.value in ARRAY_KWARGS and p:
-      out.add(p)
-  return out
 
 
 def _simple(expr):

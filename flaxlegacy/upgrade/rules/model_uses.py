@@ -38,6 +38,7 @@ import libcst as cst
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.collectors import programs as program_facts
 
 # library calls that do the same on a parameter dict as on an nn.Model
 # (the legacy Model is a pytree whose leaves are its parameters)
@@ -57,9 +58,9 @@ TRAVERSALS = frozenset(('flax.optim.ModelParamTraversal',
                         'flax.traverse_util.ModelParamTraversal'))
 TRAVERSAL_METHODS = ('update', 'iterate')
 # the legacy optimizer definitions whose ``create(model)`` the program rules
-# make a TrainState of the model's parameters (rules/programs.py registers
-# its table here: it imports this module, not the other way round)
-REWRITTEN_OPTIMIZERS = frozenset()
+# make a TrainState of the model's parameters (their table:
+# collectors/programs.py)
+REWRITTEN_OPTIMIZERS = program_facts.TX_RULES
 
 
 def _flow(codebase):

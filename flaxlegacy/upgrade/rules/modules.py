@@ -33,6 +33,7 @@ from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import attention_cache
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
@@ -1307,14 +1308,14 @@ def module_level_partial_visit(up, node):
   f = node.func
   target, helper_facts = up.ctx.codebase.partial_helper(up.ctx.facts, f)
   if target is not None:
-    info = aliases_rule.root_info(up.ctx.codebase, helper_facts,
+    info = alias_facts.root_info(up.ctx.codebase, helper_facts,
                                   target.split('.')[-1])
     name = f.value if isinstance(f, cst.Name) else f.attr.value
     if info is not None:
       drivers.layer_values(up, node, info,
                            helper_facts.partial_helper_binds.get(name, {}))
   elif isinstance(f, cst.Attribute) and f.attr.value == 'partial':
-    info = aliases_rule.root_info(up.ctx.codebase, up.ctx.facts,
+    info = alias_facts.root_info(up.ctx.codebase, up.ctx.facts,
                                   cst_util.dotted(f.value) and cst_util.dotted(
                                       f.value).split('.')[-1])
     if info is not None:

@@ -32,9 +32,9 @@ and shapes (spec legacy-nn.md 3.17), but take ``features`` as a field and
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade.collectors.usage import CELLS  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import jax_names
 
-CELLS = ('LSTMCell', 'GRUCell', 'OptimizedLSTMCell')
 # legacy apply hyper-parameters; linen's fields have the same names
 CELL_HYPER = ('gate_fn', 'activation_fn', 'kernel_init',
               'recurrent_kernel_init', 'bias_init')
@@ -263,25 +263,6 @@ def _scan(up, original, updated, cell, partial):
   up.rewrote(original, 'recurrent', f'{q} over nn.{cell} -> {prefix}.scan')
   return cst.Call(func=ctor.with_changes(func=lifted), args=cst_util.clean(
       [cst.Arg(value=bound['init'].value), cst.Arg(value=bound['xs'].value)]))
-
-
-def array_params(call, params):
-  """Parameters passed as arrays to a scan or a legacy cell (facts split).
-
-  ``scan_in_dim(f, init, xs)`` / ``lax.scan(f, init, xs)``: ``init`` and
-  ``xs``; ``nn.LSTMCell(carry, x, ...)``: ``carry`` and ``x``.
-  """
-  name = cst_util.dotted(call.func) or ''
-  if name.endswith(('scan_in_dim', 'lax.scan')):
-    args = [a for a in call.args[1:3] if a.keyword is None] + [
-        a for a in call.args if a.keyword is not None
-        and a.keyword.value in ('init', 'xs')]
-  elif name.split('.')[-1] in CELLS:
-    args = [a for a in call.args[:2] if a.keyword is None]
-  else:
-    return []
-  return [a.value.value for a in args if isinstance(a.value, cst.Name)
-          and a.value.value in params and not a.star]
 
 
 # for the auto-name plan (rules/modules.py)
