@@ -25,6 +25,7 @@ queries over them) are collected by collectors/aliases.py.
 """
 
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
+from flaxlegacy.upgrade.rules import _shared
 
 
 def resolve_alias(resolver, name):
@@ -36,8 +37,7 @@ def resolve_alias(resolver, name):
   inner = resolver(call.func.value)
   if inner is None or inner.kind not in ('layer', 'class', 'partial'):
     return None
-  from flaxlegacy.upgrade.rules.modules import Ref  # pylint: disable=g-import-not-at-top
-  return Ref('partial', inner, call)
+  return _shared.Ref('partial', inner, call)
 
 
 def resolve_field_module(resolver, name):
@@ -66,5 +66,4 @@ def resolve_field_module(resolver, name):
         first.params, first.fields, first.call, first.var_kw):
       return None, (f'{name!r} holds modules with different parameters '
                     f'({sorted(values)}): rewrite its calls by hand')
-  from flaxlegacy.upgrade.rules.modules import Ref  # pylint: disable=g-import-not-at-top
-  return Ref('class', first, 'field'), None
+  return _shared.Ref('class', first, 'field'), None

@@ -13,7 +13,7 @@ bias=False, cache=cache)`` becomes::
   ``(heads, head_dim)``) and ``out`` (kernel ``(heads, head_dim, out)``), so
   the legacy tree is kept.  Legacy ``SelfAttention`` is a partial of
   ``MultiHeadDotProductAttention``, so both take the legacy auto-name
-  ``MultiHeadDotProductAttention_<n>``: the name planner of rules/modules.py
+  ``MultiHeadDotProductAttention_<n>``: the name planner of rules/name_plan.py
   writes ``name=`` where linen's own counter differs.
 * Numbers: the hyper-parameters map one to one (``bias`` -> ``use_bias``;
   legacy ``deterministic`` defaults to False, written out when the call has a
@@ -40,6 +40,7 @@ import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade.collectors.usage import ATTENTION  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention_cache
 
 # The legacy auto-name of both (SelfAttention is a partial class).
@@ -109,7 +110,6 @@ def field_attention(resolver, expr):
   layer), or the body rebinds it otherwise than ``name = name.partial(...)``
   (that ``.partial`` keeps a TODO), the call keeps a TODO.
   """
-  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
   up = resolver.up
   info = getattr(up, 'info', None)
   name = expr.value
@@ -144,7 +144,7 @@ def field_attention(resolver, expr):
     if v[0] in ('class', 'layer', 'ext'):
       return None, why.format('the codebase gives it another module '
                               f'({v[-1] if len(v) > 1 else v[0]})')
-  return modules.Ref('attention', attr, name), None
+  return _shared.Ref('attention', attr, name), None
 
 
 def _assigned_values(fn, name):
@@ -182,12 +182,11 @@ def _names(target):
 def rewrite(up, original, updated, attr, guard=None):
   """The linen construction + call for one legacy attention call.
 
-  ``up``: the ApplyRewriter of the enclosing body (rules/modules.py).
+  ``up``: the ApplyRewriter of the enclosing body (rules/rewriter.py).
   ``guard``: the field the call goes through (``field_attention``), whose
   value is checked at run time to be its default.
   Returns ``updated`` (with a TODO recorded) where it cannot be certain.
   """
-  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
   kind = legacy_name(attr)
   args = list(updated.args)
   sig = ('inputs_q',) + (PARAMS if kind == 'MultiHeadDotProductAttention'

@@ -40,6 +40,7 @@ from typing import Dict, List, Optional
 import libcst as cst
 
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.rules import name_plan
 
 
 # -- facts ------------------------------------------------------------------
@@ -197,14 +198,14 @@ class Plan:
   notes: List[str] = dataclasses.field(default_factory=list)
 
   def rewriter(self, up, info, fn):
-    from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+    from flaxlegacy.upgrade.rules import rewriter  # pylint: disable=g-import-not-at-top
 
     helpers = self.helpers
 
-    class _ApplyWithHelpers(modules.ApplyRewriter):
+    class _ApplyWithHelpers(rewriter.ApplyRewriter):
 
       def plan_class(self, resolver, local_vars):
-        return _inlining_plan(modules, resolver, local_vars, helpers)
+        return _inlining_plan(resolver, local_vars, helpers)
 
     return _ApplyWithHelpers(up, info, fn)
 
@@ -227,11 +228,11 @@ class Plan:
 
   def convert_helper(self, up, info, name, apply_rw):
     """The rewritten helper FunctionDef, or None (left with a TODO)."""
-    from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+    from flaxlegacy.upgrade.rules import rewriter  # pylint: disable=g-import-not-at-top
     fn = self.helpers[name]
     if apply_rw.dynamic:
       return None
-    rw = modules.ApplyRewriter(up, info, fn)
+    rw = rewriter.ApplyRewriter(up, info, fn)
     rw.fields = set()  # helper locals are not fields
     rw.assigned_fields = []
     rw.names, rw.dynamic, rw.todo_all = apply_rw.names, False, None
@@ -239,10 +240,10 @@ class Plan:
     return fn.with_changes(body=body)
 
 
-def _inlining_plan(modules, resolver, local_vars, helpers):
+def _inlining_plan(resolver, local_vars, helpers):
   """A legacy auto-name plan that runs each helper where it is called."""
 
-  class _Plan(modules._NamePlan):  # pylint: disable=protected-access
+  class _Plan(name_plan.NamePlan):
 
     def __init__(self):
       super().__init__(resolver, local_vars)

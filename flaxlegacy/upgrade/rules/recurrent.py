@@ -61,7 +61,7 @@ def _cell_method(up, func, method):
 
 
 def _in_module(up):
-  return hasattr(up, 'info')  # modules.ApplyRewriter
+  return hasattr(up, 'info')  # rewriter.ApplyRewriter
 
 
 def _bind(args, names):
@@ -155,7 +155,7 @@ def _construct(up, original, args, cell, how):
     up.todo(original, f'nn.{cell}: arguments {bad} have no linen cell field')
     return None
   if 'name' not in kws and how in ('call', 'shared'):
-    # the legacy auto-name from the class's plan (rules/modules.py counts
+    # the legacy auto-name from the class's plan (rules/name_plan.py counts
     # cells on the one counter); None: linen's own name is legacy's
     name = up._auto_name(original, cell if how == 'call' else None, None)  # pylint: disable=protected-access
     if name is None and (how == 'shared' or up.dynamic):
@@ -265,7 +265,7 @@ def _scan(up, original, updated, cell, partial):
       [cst.Arg(value=bound['init'].value), cst.Arg(value=bound['xs'].value)]))
 
 
-# for the auto-name plan (rules/modules.py)
+# for the auto-name plan (rules/name_plan.py)
 cell = _cell
 cell_method = _cell_method
 in_module = _in_module

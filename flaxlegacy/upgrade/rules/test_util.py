@@ -28,7 +28,7 @@ Left with a TODO: other JaxTestCase-only methods (``self.rng()``,
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
-from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import positions as positions_lib
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import jax_names
 
@@ -265,7 +265,7 @@ def run(ctx, module):
   mods, cases = _local_names(ctx.facts.imports)
   if not mods and not cases:
     return module
-  pas = _Pass(ctx, mods, cases, transform.LazyPositions(module))
+  pas = _Pass(ctx, mods, cases, positions_lib.LazyPositions(module))
   new = module.visit(pas)
   if pas.used_helper and _defines(new, HELPER):
     pas.ctx.report.left.append({'line': None, 'why': f'{HELPER} is already '
