@@ -14,7 +14,9 @@ sides too.
 """
 
 import argparse
+import difflib
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -60,10 +62,35 @@ def _differences(a, b, rel=''):
   return out
 
 
+def _show(a, b, limit):
+  """The first ``limit`` lines of a unified diff of two output files
+  (upgrade.json pretty-printed, so a changed entry shows as one)."""
+  if limit <= 0:
+    return
+  texts = []
+  for path in (a, b):
+    with open(path, encoding='utf-8', errors='replace') as f:
+      text = f.read()
+    if path.endswith('.json'):
+      try:
+        text = json.dumps(json.loads(text), indent=1, sort_keys=True)
+      except ValueError:
+        pass
+    texts.append(text.splitlines())
+  lines = list(difflib.unified_diff(texts[0], texts[1], 'base', 'this',
+                                    lineterm='', n=2))
+  for line in lines[:limit]:
+    print('   ', line)
+  if len(lines) > limit:
+    print(f'    ... {len(lines) - limit} more diff lines')
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--base', default='main')
   parser.add_argument('--lines', type=int, default=10000)
+  parser.add_argument('--show', type=int, default=40, help='lines of diff '
+                      'to print per differing file (0: none)')
   args = parser.parse_args(argv)
   with tempfile.TemporaryDirectory() as tmp:
     base = os.path.join(tmp, 'base')
@@ -102,8 +129,11 @@ def main(argv=None):
       print(f'{name}: {"same" if not d else f"{len(d)} files differ"} '
             f'(CPU s: {args.base} {cpu["base"]:.2f}, this {cpu["this"]:.2f})')
     print(f'synthetic codebase: {total} lines')
-  for d in diffs:
-    print('differs:', d)
+    for d in diffs:
+      print('differs:', d)
+      if not d.endswith(' (only one side)'):
+        _show(os.path.join(tmp, 'out-base', d), os.path.join(tmp, 'out-this', d),
+              args.show)
   return 1 if diffs else 0
 
 

@@ -124,6 +124,43 @@ def _tree(root, files):
   return root
 
 
+@pytest.mark.parametrize('how', ['bare', 'package', 'relative'])
+def test_import_lines_rewritten_alone_as_the_whole_file_would_be(how):
+  """rewrite_imports rewrites only the import lines; where that is certain
+  it writes what the whole-file rewrite writes, else it takes that path."""
+  home = shipping.Home('/x', how, 'pkg')
+  cases = {
+      'nested and on one line': (
+          'import os\nfrom flaxlegacy.migrate import upgraded as legacy_rng'
+          '\n\ndef f():\n  # c\n  from flaxlegacy.migrate.legacy_optax '
+          'import a, b  # t\n  x = 1; from flaxlegacy.migrate import '
+          'legacy_optax\n  return x\n'),
+      'parenthesised, two names': (
+          'from flaxlegacy.migrate.upgraded_layers import (\n    x,\n    y)'
+          '\nimport flaxlegacy.migrate.upgraded as u, os\n'),
+      'sharing a line with a longer statement': (
+          'def g():\n    y = foo(1,\n  2); import flaxlegacy.migrate.'
+          'upgraded as u\n'),
+      'no final newline': 'from flaxlegacy.migrate import upgraded',
+      'inside a compound line': (
+          'if True: from flaxlegacy.migrate import upgraded\n'),
+      'nothing to do': 'a = 1\n',
+  }
+  fast_path = 0
+  for what, code in cases.items():
+    whole = shipping.cst.parse_module(code).visit(
+        shipping._Imports(home, 'legacy_helpers')).code  # pylint: disable=protected-access
+    assert shipping.rewrite_imports(code, home) == whole, what
+    fast = shipping._rewrite_import_lines(code, home, 'legacy_helpers')  # pylint: disable=protected-access
+    assert fast in (None, whole), what
+    fast_path += fast is not None
+    if 'flaxlegacy' in code and what != 'inside a compound line':
+      assert 'legacy_helpers' in whole, what
+  # the lines alone where they can be; the compound line and the line
+  # whose indentation cannot be taken off alike go the whole-file way
+  assert fast_path == 4
+
+
 def test_flat_directory_gets_a_sibling_copy(tmp_path):
   src = _tree(tmp_path / 'src', {'train.py': PROGRAM,
                                  'train_test.py': 'import train\n'})

@@ -127,3 +127,124 @@ def test_without_libcst_source_libcst_walks_those_nodes(monkeypatch):
   monkeypatch.setattr(walk, '_LIBCST_WALKS', set())
   assert _events(module, walk.FastVisitor) == _events(module, cst.CSTVisitor)
   assert cst.Call in walk._LIBCST_WALKS  # pylint: disable=protected-access
+
+
+# --- FastTransformer ---------------------------------------------------------
+
+
+def _recording(base, out):
+  """A transformer that records its calls and rewrites on the way: names
+  renamed, ``del`` lines dropped, ``pass`` split in two, ``drop=`` keyword
+  arguments removed, ``as`` names and trailing commas of arguments dropped,
+  and an ``Expr`` of ``gone()`` removed (its line left empty)."""
+
+  class T(base):
+
+    def on_visit(self, node):
+      out.append(('visit', id(node)))
+      return super().on_visit(node)
+
+    def on_leave(self, original_node, updated_node):
+      out.append(('leave', id(original_node), updated_node.__class__))
+      return super().on_leave(original_node, updated_node)
+
+    def visit_Lambda(self, node):
+      return False  # children left as they are
+
+    def leave_Name(self, original_node, updated_node):
+      if updated_node.value in ('a', 'b'):
+        return updated_node.with_changes(value=updated_node.value * 2)
+      return updated_node
+
+    def leave_SimpleStatementLine(self, original_node, updated_node):
+      if any(isinstance(s, cst.Del) for s in updated_node.body):
+        return cst.RemoveFromParent()
+      if any(isinstance(s, cst.Pass) for s in updated_node.body):
+        return cst.FlattenSentinel([updated_node, updated_node])
+      return updated_node
+
+    def leave_Arg(self, original_node, updated_node):
+      if updated_node.keyword is not None and updated_node.keyword.value == (
+          'drop'):
+        return cst.RemoveFromParent()
+      return updated_node
+
+    def leave_Comma(self, original_node, updated_node):
+      return updated_node
+
+    def leave_AsName(self, original_node, updated_node):
+      return cst.RemoveFromParent()  # optional field -> None
+
+    def leave_Expr(self, original_node, updated_node):
+      if (isinstance(updated_node.value, cst.Call) and isinstance(
+          updated_node.value.func, cst.Name) and
+          updated_node.value.func.value == 'gone'):
+        return cst.RemoveFromParent()
+      return updated_node
+
+  return T()
+
+
+def test_transformer_same_calls_and_same_result_as_libcst():
+  extra = ('def h():\n  gone()\n\ndef k(a, drop=1):\n  del a\n\n'
+           'f(a, drop=2, c=lambda a: a)\nimport x.y as z\n'
+           'if a:\n  pass\n')
+  for src in _sources() + [extra]:
+    module = cst.parse_module(src)
+    slow_calls, fast_calls = [], []
+    slow = module.visit(_recording(cst.CSTTransformer, slow_calls))
+    fast = walk.transform(module, _recording(walk.FastTransformer,
+                                             fast_calls))
+    assert fast.code == slow.code
+    assert fast.deep_equals(slow)
+    assert fast_calls == slow_calls
+  fast = walk.transform(cst.parse_module(extra), _recording(
+      walk.FastTransformer, []))
+  assert 'gone()' not in fast.code and 'del a' not in fast.code
+  assert 'pass\n  pass\n' in fast.code and 'drop=2' not in fast.code
+  assert 'def h():\n  pass\n' in fast.code  # the empty body, as libcst
+  assert 'import x.y\n' in fast.code and 'f(aa, c=lambda a: a)' in fast.code
+
+
+def test_transformer_copies_only_what_changes():
+  module = cst.parse_module('def f():\n  return x\n\ny = g(a, b)\n')
+
+  class Nothing(walk.FastTransformer):
+    pass
+
+  assert walk.transform(module, Nothing()) is module
+
+  class RenameA(walk.FastTransformer):
+
+    def leave_Name(self, original_node, updated_node):
+      return updated_node.with_changes(value='z') if (
+          updated_node.value == 'a') else updated_node
+
+  new = walk.transform(module, RenameA())
+  assert new.code == 'def f():\n  return x\n\ny = g(z, b)\n'
+  assert new.body[0] is module.body[0]  # the function: untouched, same node
+  call, old_call = new.body[1].body[0].value, module.body[1].body[0].value
+  assert call is not old_call and call.args[1] is old_call.args[1]
+  # libcst's own walk copies everything
+  assert module.visit(RenameA()).body[0] is not module.body[0]
+
+
+def test_transformer_removal_where_the_parent_cannot_take_it():
+  module = cst.parse_module('x = f(y)\n')
+
+  class RemoveCallee(walk.FastTransformer):
+
+    def leave_Call(self, original_node, updated_node):
+      return cst.RemoveFromParent()
+
+  with pytest.raises(TypeError, match='does not allow it to be removed'):
+    walk.transform(module, RemoveCallee())
+
+
+def test_transformer_attribute_hooks_are_refused():
+  with pytest.raises(TypeError, match='attribute hooks'):
+
+    class T(walk.FastTransformer):  # pylint: disable=unused-variable
+
+      def leave_Call_args(self, node):
+        pass

@@ -525,7 +525,61 @@ def _dotted(node):
 
 def rewrite_imports(code, home, module_name=NAME):
   """``code`` with its flaxlegacy helper imports pointed at the copy."""
+  out = _rewrite_import_lines(code, home, module_name)
+  if out is not None:
+    return out
   return cst.parse_module(code).visit(_Imports(home, module_name)).code
+
+
+def _rewrite_import_lines(code, home, module_name):
+  """``rewrite_imports`` by rewriting only the lines of the statements that
+  import from flaxlegacy (found with ``ast``, each parsed alone with libcst
+  and rewritten by the same ``_Imports``); None where that is not certain
+  to give what the whole-file rewrite gives (an import sharing its line
+  with a compound statement, lines not indented alike, a bare CR)."""
+  if '\r' in code.replace('\r\n', ''):
+    return None
+  try:
+    tree = ast.parse(code)
+  except SyntaxError:
+    return None
+  stmts = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+  wanted = [n for n in stmts if isinstance(n, (ast.Import, ast.ImportFrom))
+            and ('flaxlegacy' in (getattr(n, 'module', None) or '') or any(
+                'flaxlegacy' in a.name for a in n.names))]
+  if not wanted:
+    return code
+  compound_lines = {n.lineno for n in stmts if hasattr(n, 'body')}
+  simple = sorted(((n.lineno, n.end_lineno) for n in stmts
+                   if not hasattr(n, 'body')))
+  ranges = []
+  for start, end in sorted((n.lineno, n.end_lineno) for n in wanted):
+    grown = True
+    while grown:  # the simple statements sharing these lines
+      grown = False
+      for s, e in simple:
+        if s <= end and e >= start and (s < start or e > end):
+          start, end, grown = min(s, start), max(e, end), True
+    if any(start <= l <= end for l in compound_lines):
+      return None
+    if ranges and start <= ranges[-1][1]:
+      ranges[-1] = (ranges[-1][0], max(end, ranges[-1][1]))
+    else:
+      ranges.append((start, end))
+  lines = re.split(r'(?<=\n)', code)
+  for start, end in reversed(ranges):
+    chunk = lines[start - 1:end]
+    indent = chunk[0][:len(chunk[0]) - len(chunk[0].lstrip(' \t'))]
+    if not all(l.startswith(indent) for l in chunk):
+      return None
+    text = ''.join(l[len(indent):] for l in chunk)
+    try:
+      new = cst.parse_module(text).visit(_Imports(home, module_name)).code
+    except cst.ParserSyntaxError:
+      return None
+    lines[start - 1:end] = [indent + l for l in re.split(r'(?<=\n)', new)
+                            if l]
+  return ''.join(lines)
 
 
 # --- the whole tree --------------------------------------------------------

@@ -141,7 +141,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
     if relevant.search(text):
       ctx.positions = LazyPositions(cst.Module(body=[stmt]))
       ctx.line_offset = line - 1
-      new = stmt.visit(upgrader)
+      new = upgrader.walk(stmt)
       changed = changed or new is not stmt
       body.append(new)
     else:

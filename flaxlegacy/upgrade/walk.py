@@ -157,3 +157,157 @@ class ScopedVisitor(FastVisitor):
 
   def leave_FunctionDef(self, node):
     self.quals.pop()
+
+
+# --- transformers -----------------------------------------------------------
+
+# How a node class's ``_visit_and_replace_children`` visits each field.
+_REQUIRED, _OPTIONAL, _SENTINEL, _SEQ, _BODY = range(5)
+_FIELD_KINDS = {'visit_required': _REQUIRED, 'visit_optional': _OPTIONAL,
+                'visit_sentinel': _SENTINEL, 'visit_sequence': _SEQ,
+                'visit_body_sequence': _BODY}
+_TFIELDS = {}  # node class -> ((field, kind), ...), () for a leaf, None:
+# libcst's own walk (its method is not one constructor call of fields)
+
+
+def _transform_fields(cls):
+  """``((field, kind), ...)`` in visiting order, if ``cls``'s
+  ``_visit_and_replace_children`` is ``return Cls(f=visit_X(self, 'f',
+  self.f, visitor), g=self.g, ...)`` (or ``return self``); else None."""
+  if cls in _TFIELDS:
+    return _TFIELDS[cls]
+  fields = None
+  for klass in cls.__mro__:
+    method = klass.__dict__.get('_visit_and_replace_children')
+    if method is not None:
+      break
+  try:
+    fn = ast.parse(textwrap.dedent(inspect.getsource(method))).body[0]
+  except (OSError, TypeError):
+    fn = None
+  body = [s for s in getattr(fn, 'body', ()) if not (
+      isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+  if len(body) == 1 and isinstance(body[0], ast.Return):
+    value = body[0].value
+    if isinstance(value, ast.Name) and value.id == 'self':
+      fields = ()
+    elif isinstance(value, ast.Call) and not value.args:
+      fields = []
+      for kw in value.keywords:
+        v = kw.value
+        if (isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name)
+            and v.value.id == 'self' and v.attr == kw.arg):
+          continue  # passed on as it is
+        if (isinstance(v, ast.Call) and isinstance(v.func, ast.Name)
+            and v.func.id in _FIELD_KINDS and len(v.args) == 4
+            and isinstance(v.args[1], ast.Constant)
+            and v.args[1].value == kw.arg
+            and ast.unparse(v.args[2]) == 'self.' + kw.arg):
+          fields.append((kw.arg, _FIELD_KINDS[v.func.id]))
+          continue
+        fields = None
+        break
+      fields = tuple(fields) if fields is not None else None
+  _TFIELDS[cls] = fields
+  return fields
+
+
+class FastTransformer(cst.CSTTransformer):
+  """A ``cst.CSTTransformer`` whose walk copies only what changes.
+
+  libcst's walk builds (and validates) a new copy of every node it passes;
+  this one walks the same fields in the same order, calls the same
+  ``visit_X`` / ``leave_X`` hooks, and builds a new node only where a child
+  changed, so ``updated_node is original_node`` wherever nothing below
+  changed.  Run it with ``transform(node, t)`` (``node.visit(t)`` works
+  too, the libcst way).  Node classes whose walk is not a plain
+  constructor of visited fields are walked by libcst.  As with
+  ``FastVisitor``, ``visit_<Node>_<field>`` hooks are refused.
+  """
+
+  def __init_subclass__(cls, **kwargs):
+    super().__init_subclass__(**kwargs)
+    own = cls.__mro__[:cls.__mro__.index(FastTransformer)]
+    hooks = sorted({n for k in own for n in vars(k)
+                    if _ATTRIBUTE_HOOK.match(n)})
+    if hooks:
+      raise TypeError(f'{cls.__name__}: FastTransformer does not call '
+                      f'attribute hooks ({", ".join(hooks)}); use '
+                      'cst.CSTTransformer')
+
+  def walk(self, node):
+    """``node.visit(self)``, copying only what changes."""
+    if self.on_visit(node):
+      fields = _TFIELDS.get(type(node), _MISSING)
+      if fields is _MISSING:
+        fields = _transform_fields(type(node))
+      updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
+                 if fields is None else self._children(node, fields))
+    else:
+      updated = node
+    result = self.on_leave(node, updated)
+    if not isinstance(result, (cst.CSTNode, cst.RemovalSentinel,
+                               cst.FlattenSentinel)):
+      raise cst.CSTValidationError(
+          'Expected a node of type CSTNode or a RemovalSentinel, but got a '
+          f'return value of {type(result).__name__}')
+    return result
+
+  def _children(self, node, fields):
+    changes = None
+    walk = self.walk
+    for field, kind in fields:
+      value = getattr(node, field)
+      if kind == _SEQ or kind == _BODY:
+        out, changed = [], False
+        for child in value:
+          new = walk(child)
+          if new is child:
+            out.append(child)
+            continue
+          changed = True
+          if isinstance(new, cst.RemovalSentinel):
+            continue
+          if isinstance(new, cst.FlattenSentinel):
+            for c in new:
+              if kind == _BODY and (not child._is_removable()  # pylint: disable=protected-access
+                                    and c._is_removable()):  # pylint: disable=protected-access
+                continue
+              out.append(c)
+            continue
+          if kind == _BODY and (not child._is_removable()  # pylint: disable=protected-access
+                                and new._is_removable()):  # pylint: disable=protected-access
+            continue
+          out.append(new)
+        if not changed:
+          continue
+        new = tuple(out)
+      elif value is None or isinstance(value, cst.MaybeSentinel):
+        continue
+      else:
+        new = walk(value)
+        if new is value:
+          continue
+        if isinstance(new, cst.FlattenSentinel):
+          raise TypeError(
+              f'We got a FlattenSentinel while visiting a '
+              f'{type(value).__name__}. This node\'s parent does not allow '
+              'for it to be it to be replaced with a sequence.')
+        if isinstance(new, cst.RemovalSentinel):
+          if kind == _REQUIRED:
+            raise TypeError(
+                f'We got a RemovalSentinel while visiting a '
+                f'{type(value).__name__}. This node\'s parent does not allow '
+                'it to be removed.')
+          new = None if kind == _OPTIONAL else cst.MaybeSentinel.DEFAULT
+      if changes is None:
+        changes = {}
+      changes[field] = new
+    return node if changes is None else node.with_changes(**changes)
+
+
+def transform(node, transformer):
+  """``node.visit(transformer)``; with a ``FastTransformer``, its walk."""
+  if isinstance(transformer, FastTransformer):
+    return transformer.walk(node)
+  return node.visit(transformer)

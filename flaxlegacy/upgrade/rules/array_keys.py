@@ -81,7 +81,7 @@ def _plain_iter(it):
                          cst.ConcatenatedString, cst.Dict, cst.Set))
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(walk.FastTransformer):
   def __init__(self, report, positions):
     super().__init__()
     self.report = report
@@ -137,7 +137,7 @@ def run(file_facts, report, module, code=None):
   if not _MARK.search(code) or 'for ' not in code:
     return module
   rw = _Rewriter(report, positions_lib.LazyPositions(module))
-  new = module.visit(rw)
+  new = rw.walk(module)
   if not rw.changed:
     return module
   if IMPORT not in new.code:

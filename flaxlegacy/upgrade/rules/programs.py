@@ -197,7 +197,7 @@ class Scope:
     return None
 
 
-class ProgramRewriter(cst_util.TodoComments, cst.CSTTransformer):
+class ProgramRewriter(cst_util.TodoComments, walk.FastTransformer):
   """The program-level pass over one legacy file."""
 
   def __init__(self, ctx):
@@ -1966,7 +1966,7 @@ def _drop_optim_import(module, optim_locals):
   if _names_used(module, optim_locals, after_dots=True):
     return module, False
 
-  class T(cst.CSTTransformer):
+  class T(walk.FastTransformer):
 
     def leave_ImportFrom(self, original_node, updated_node):
       if isinstance(updated_node.names, cst.ImportStar):
@@ -1989,7 +1989,7 @@ def _drop_optim_import(module, optim_locals):
         return cst.RemoveFromParent()
       return updated_node.with_changes(names=cst_util.clean(keep))
 
-  return module.visit(T()), True
+  return T().walk(module), True
 
 
 def _drop_unused_optim_names(module, f):
@@ -2004,7 +2004,7 @@ def _drop_unused_optim_names(module, f):
   if not unused:
     return module, set()
 
-  class T(cst.CSTTransformer):
+  class T(walk.FastTransformer):
 
     def leave_ImportFrom(self, original_node, updated_node):
       if isinstance(updated_node.names, cst.ImportStar) or not (
@@ -2020,14 +2020,14 @@ def _drop_unused_optim_names(module, f):
         return cst.RemoveFromParent()
       return updated_node.with_changes(names=cst_util.clean(keep))
 
-  return module.visit(T()), unused
+  return T().walk(module), unused
 
 
 def run(ctx, module):
   """The program pass over one file; returns the new module."""
   rw = ProgramRewriter(ctx)
   rw.module = module
-  new = module.visit(rw)
+  new = rw.walk(module)
   dropped = False
   if rw.f.optim_locals:
     new, dropped = _drop_optim_import(new, rw.f.optim_locals)

@@ -93,7 +93,7 @@ def _in_linen(name):
   return name in _LINEN_NAMES[0]
 
 
-class Upgrader(cst_util.TodoComments, cst.CSTTransformer):
+class Upgrader(cst_util.TodoComments, walk.FastTransformer):
   """Generic rules: imports, removed JAX names, leftovers, and dispatch."""
 
   # function bodies here are plain code (not a module's apply, whose

@@ -83,7 +83,7 @@ def _local_names(imports):
   return mods, cases
 
 
-class _Pass(cst_util.TodoComments, cst.CSTTransformer):
+class _Pass(cst_util.TodoComments, walk.FastTransformer):
   """The rewrite; TODO comments attach to the enclosing statement."""
 
   def __init__(self, ctx, mods, cases, positions):
@@ -204,7 +204,7 @@ class _Uses(walk.FastVisitor):
 def _drop_imports(module, unused):
   """Removes the import aliases bound to names in ``unused``."""
 
-  class T(cst.CSTTransformer):
+  class T(walk.FastTransformer):
 
     def _keep(self, alias, from_test_util):
       local = (alias.asname.name.value if alias.asname
@@ -236,7 +236,7 @@ def _drop_imports(module, unused):
         return updated_node.with_changes(names=names)
       return updated_node
 
-  return module.visit(T())
+  return T().walk(module)
 
 
 def _insert_helper(module):
@@ -266,7 +266,7 @@ def run(ctx, module):
   if not mods and not cases:
     return module
   pas = _Pass(ctx, mods, cases, positions_lib.LazyPositions(module))
-  new = module.visit(pas)
+  new = pas.walk(module)
   if pas.used_helper and _defines(new, HELPER):
     pas.ctx.report.left.append({'line': None, 'why': f'{HELPER} is already '
                                 'defined in this file: check it is the '

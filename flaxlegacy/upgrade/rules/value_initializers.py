@@ -178,7 +178,7 @@ class _FirstUse(cst.CSTVisitor):
       self.arrays.update(walk.target_names(node.target))
 
 
-class _Rewriter(cst.CSTTransformer):
+class _Rewriter(walk.FastTransformer):
 
   def __init__(self, report, positions, modules):
     super().__init__()
@@ -217,5 +217,5 @@ def run(report, module, code=None):
   if not modules:
     return module
   rw = _Rewriter(report, positions_lib.LazyPositions(module), modules)
-  new = module.visit(rw)
+  new = rw.walk(module)
   return module if not rw.marked else new

@@ -9,6 +9,7 @@ from flaxlegacy.upgrade import cst_util
 # the layering (cst_util.py): positions.py under that name, until apply is
 # next edited
 from flaxlegacy.upgrade import positions as transform
+from flaxlegacy.upgrade import walk
 
 TODO_PREFIX = cst_util.TODO_PREFIX
 _LINEN_MODULES = ('flax.linen', 'flax.linen.recurrent', 'flax.linen.attention',
@@ -74,7 +75,7 @@ class LinenNames:
     return qualified
 
 
-class Rule(cst_util.TodoComments, cst.CSTTransformer):
+class Rule(cst_util.TodoComments, walk.FastTransformer):
   """A rule's transformer: ``rewrote`` and ``todo`` report with line numbers
   (of the module it is given), TODOs as the other rules write them."""
 
@@ -130,7 +131,7 @@ def apply(rule, module):
   if prepare is not None and not prepare(module):
     return module  # its facts say the walk would change nothing
   rule.positions = transform.LazyPositions(module)
-  new = module.visit(rule)
+  new = rule.walk(module)
   return new if rule.changed else module
 
 
