@@ -259,35 +259,35 @@ def rewrite(up, original, updated, attr, guard=None):
   if 'dropout_rate' in bound and 'deterministic' not in bound and (
       splat is None):
     # legacy default; linen's has none
-    ctor.append(cst_util.arg(cst.Name('False'), 'deterministic'))  # pylint: disable=protected-access
+    ctor.append(cst_util.arg(cst.Name('False'), 'deterministic'))
   if splat is not None:
     # the keys are known when the call runs: linen's names, the mask's
     # arguments apart, and a TypeError for what has no linen counterpart
     src = cst.Module([]).code_for_node(splat)
     given = '(' + ''.join(f'{k!r}, ' for k in bound) + ')'
     up.ctx.needed_defs[KWARGS_HELPER] = KWARGS_HELPER_SRC
-    ctor.append(cst.Arg(star='**', value=cst_util.expr(  # pylint: disable=protected-access
+    ctor.append(cst.Arg(star='**', value=cst_util.expr(
         f"{KWARGS_HELPER}({src}, 'ctor', {given})")))
-    mask_args.append(cst.Arg(star='**', value=cst_util.expr(  # pylint: disable=protected-access
+    mask_args.append(cst.Arg(star='**', value=cst_util.expr(
         f"{KWARGS_HELPER}({src}, 'mask', {given})")))
   if decode is not None:
-    ctor.append(cst_util.arg(decode, 'decode'))  # pylint: disable=protected-access
-    mask_args.append(cst_util.arg(decode.deep_clone(), 'decode'))  # pylint: disable=protected-access
-  inputs = [cst_util.arg(q.deep_clone())]  # pylint: disable=protected-access
+    ctor.append(cst_util.arg(decode, 'decode'))
+    mask_args.append(cst_util.arg(decode.deep_clone(), 'decode'))
+  inputs = [cst_util.arg(q.deep_clone())]
   if kv is not None:
-    inputs.append(cst_util.arg(kv.deep_clone()))  # pylint: disable=protected-access
+    inputs.append(cst_util.arg(kv.deep_clone()))
   if mask_args:
     inputs[-1] = inputs[-1].with_changes(comma=line_comma)
   up.ctx.needed_imports.add(MASK_HELPER)
   mask = cst.Call(func=cst.Name(MASK_HELPER.rsplit('.', 1)[1]),
-                  args=cst_util.clean_args(inputs + mask_args),  # pylint: disable=protected-access
+                  args=cst_util.clean_args(inputs + mask_args),
                   whitespace_before_args=updated.whitespace_before_args)
-  call = [cst_util.arg(q)]  # pylint: disable=protected-access
+  call = [cst_util.arg(q)]
   if kv is not None:
-    call.append(cst_util.arg(kv))  # pylint: disable=protected-access
-  call.append(cst_util.arg(mask, 'mask'))  # pylint: disable=protected-access
+    call.append(cst_util.arg(kv))
+  call.append(cst_util.arg(mask, 'mask'))
   if 'dropout_rng' in bound:
-    call.append(cst_util.arg(bound['dropout_rng'], 'dropout_rng'))  # pylint: disable=protected-access
+    call.append(cst_util.arg(bound['dropout_rng'], 'dropout_rng'))
 
   if name_arg is not None:
     ctor.append(name_arg)
@@ -296,7 +296,7 @@ def rewrite(up, original, updated, attr, guard=None):
       up.todo(original, up.todo_all)
     auto = up._auto_name(original, TYPE_NAME, None)  # pylint: disable=protected-access
     if auto is not None:
-      ctor.append(cst_util.arg(auto, 'name'))  # pylint: disable=protected-access
+      ctor.append(cst_util.arg(auto, 'name'))
   if cache is not None and not attention_cache.enabled(up.ctx.codebase):
     # where the codebase builds the cache, rules/attention_cache.py ports
     # its life cycle (or leaves the TODO at the program's lines)
@@ -307,19 +307,19 @@ def rewrite(up, original, updated, attr, guard=None):
     # else a clear error (rules/attention.py field_attention)
     up.ctx.needed_imports.add(GUARD_HELPER)
     func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]), args=[
-        cst_util.arg(cst.Name('self')),  # pylint: disable=protected-access
-        cst_util.arg(cst.SimpleString(repr(guard))),  # pylint: disable=protected-access
-        cst_util.arg(updated.func),  # pylint: disable=protected-access
-        cst_util.arg(func)])  # pylint: disable=protected-access
+        cst_util.arg(cst.Name('self')),
+        cst_util.arg(cst.SimpleString(repr(guard))),
+        cst_util.arg(updated.func),
+        cst_util.arg(func)])
     func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]),
-                    args=cst_util.clean_args(list(func.args)))  # pylint: disable=protected-access
+                    args=cst_util.clean_args(list(func.args)))
   up.rewrote(original, 'attention', f'nn.{attr} -> linen '
              'MultiHeadDotProductAttention with the legacy mask')
   up.ctx.report.rewritten[-1]['shipped'] = MASK_HELPER
   return cst.Call(func=cst.Call(
-      func=func, args=cst_util.clean_args(ctor),  # pylint: disable=protected-access
+      func=func, args=cst_util.clean_args(ctor),
       whitespace_before_args=updated.whitespace_before_args),
-                  args=cst_util.clean_args(call))  # pylint: disable=protected-access
+                  args=cst_util.clean_args(call))
 
 
 KWARGS_HELPER = '_legacy_attention_kwargs'

@@ -239,7 +239,7 @@ def _convert_method(up, info, fn, shared=False):
   if rw.used_dynamic:
     up.ctx.needed_imports.add('itertools')
     stmts = list(body.body)
-    at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0  # pylint: disable=protected-access
+    at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0
     stmts[at:at] = [cst.parse_statement(
         f'{_shared.AUTONAME_VAR} = itertools.count()  # legacy auto-names: '
         'one counter for all submodules\n')]
@@ -343,7 +343,7 @@ def _split(fn, scope, inner_name, drop_decorators=()):
                   args=args)
   stmts = list(fn.body.body)
   doc = []
-  if stmts and cst_util.is_docstring(stmts[0]):  # pylint: disable=protected-access
+  if stmts and cst_util.is_docstring(stmts[0]):
     doc, stmts = [stmts[0]], stmts[1:]
   if not stmts:
     stmts = [cst.SimpleStatementLine([cst.Pass()])]

@@ -90,7 +90,7 @@ def _body_of(up, info, fn, methods_plan=None):
         'counter for all submodules\n'))
   if prologue:
     stmts = list(body.body)
-    at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0  # pylint: disable=protected-access
+    at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0
     stmts[at:at] = prologue
     body = body.with_changes(body=stmts)
   compact = cst.Decorator(decorator=cst_util.expr(rw._prefix() + '.compact'))  # pylint: disable=protected-access
@@ -197,7 +197,7 @@ def convert_class(up, node, info, plain=False):
   # fields go right after the docstring
   if fields:
     new_body = [s for s in new_body if s not in fields]
-    at = 1 if new_body and cst_util.is_docstring(new_body[0]) else 0  # pylint: disable=protected-access
+    at = 1 if new_body and cst_util.is_docstring(new_body[0]) else 0
     new_body[at:at] = fields
   mms = [m for m in module_methods_rule.find(up, node)
          if m.name.value in others]
@@ -238,7 +238,7 @@ def convert_function(up, node, info):
     up.ctx.report.renames.append(rw.rename.entry(info, []))
   doc = []
   stmts = list(call_fn.body.body)
-  if stmts and cst_util.is_docstring(stmts[0]):  # pylint: disable=protected-access
+  if stmts and cst_util.is_docstring(stmts[0]):
     doc = [stmts[0]]
     call_fn = call_fn.with_changes(body=call_fn.body.with_changes(
         body=stmts[1:]))
