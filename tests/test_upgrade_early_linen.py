@@ -348,16 +348,16 @@ def test_same_attrs_in_linen_are_the_same_values():
       import jax, numpy as np
       import flax.linen
       from flax import nn
-      from flaxlegacy.upgrade import transform
+      from flaxlegacy.upgrade.rules import rewriter
       key = jax.random.PRNGKey(3)
-      for name in sorted(transform.SAME_ATTRS_IN_LINEN):
+      for name in sorted(rewriter.SAME_ATTRS_IN_LINEN):
         legacy, today = nn, flax.linen
         for part in name.split('.'):
           legacy, today = getattr(legacy, part), getattr(today, part)
         a = np.asarray(legacy(key, (5, 7)))
         b = np.asarray(today(key, (5, 7)))
         assert a.shape == (5, 7) and np.array_equal(a, b), name
-      print('same', len(transform.SAME_ATTRS_IN_LINEN))
+      print('same', len(rewriter.SAME_ATTRS_IN_LINEN))
   ''', env={'FLAXLEGACY': 'on'})
   assert proc.stdout.split()[-2:] == ['same', '1']
 

@@ -7,7 +7,8 @@ Three passes over a codebase:
    field / call split, helpers returning ``X.partial``, ``init_by_shape``
    input shapes -- over every file first, so a module defined in one file is
    rewritten correctly where another file calls it;
-2. rules (rules/): one module per legacy concept, driven by transform.py;
+2. rules (rules/): one module per legacy concept, driven by transform.py
+   (the modules import each other in layers, without circles: cst_util.py);
 3. report (report.py): ``upgrade.json`` and a printed summary; optionally
    numeric verification (verify.py) of every rewritten module class.
 

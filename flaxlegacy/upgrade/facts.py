@@ -21,6 +21,10 @@ The split (recorded in upgrade.json):
     child module as one of the child's call parameters (to a fixpoint);
   * everything else (sizes, flags, dtypes, initialisers, config) is a field.
   ``**kwargs`` becomes a dict field of the same name (``var_kw``).
+
+Layer 2 (cst_util.py lists the layers): this module runs the per-concept
+collectors of collectors/ and imports no rule; the rules read what it
+recorded.
 """
 
 import ast
@@ -29,25 +33,17 @@ import re
 from typing import Any, Dict, List, Optional
 
 import libcst as cst
-from libcst.helpers import get_full_name_for_node
 
 from flaxlegacy.upgrade import walk
-
-ARRAY_ATTRS = frozenset(('shape', 'ndim', 'dtype', 'reshape', 'astype', 'T',
-                         'size', 'sum', 'mean', 'transpose', 'squeeze'))
-WEAK_ARRAY_ATTRS = frozenset(('size',))
-NOT_ARRAY_CALLS = frozenset((
-    'len', 'range', 'int', 'float', 'tuple', 'list', 'isinstance', 'print',
-    'str', 'dict', 'enumerate', 'zip', 'max', 'min', 'sum', 'getattr',
-    'hasattr', 'bool', 'repr', 'sorted', 'type', 'set', 'any', 'all', 'abs',
-    'functools.partial'))
-LEGACY_NN_MODULES = ('flax.nn', 'flax.deprecated.nn')
-TREE_FNS = frozenset(('tree_map', 'tree_multimap', 'tree_leaves',
-                      'tree_flatten', 'tree_reduce', 'tree_structure',
-                      'tree_transpose'))
-# the legacy module life cycle, called on a module class held by a parameter
-DRIVE_METHODS = frozenset(('init', 'call', 'init_by_shape', 'create',
-                           'create_by_shape'))
+from flaxlegacy.upgrade.collectors import aliases as alias_facts
+from flaxlegacy.upgrade.collectors import helpers as helper_facts
+from flaxlegacy.upgrade.collectors import methods as method_facts
+from flaxlegacy.upgrade.collectors import programs as program_facts
+from flaxlegacy.upgrade.collectors import subclasses as subclass_facts
+from flaxlegacy.upgrade.collectors import usage as usage_facts
+from flaxlegacy.upgrade.cst_util import LEGACY_NN_MODULES  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.cst_util import dotted  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.cst_util import legacy_attr  # pylint: disable=g-importing-member
 
 
 @dataclasses.dataclass
@@ -107,42 +103,8 @@ class FileFacts:
   shared_classes: set = dataclasses.field(default_factory=set)
 
 
-def dotted(node):
-  try:
-    return get_full_name_for_node(node)
-  except Exception:  # pylint: disable=broad-except
-    return None
-
-
 def _import_name(alias):
   return dotted(alias.name)
-
-
-# what legacy ``flax.nn`` re-exported from ``flax.nn.base`` (``nn.base.X``
-# is ``nn.X``); ``base.Module`` is left to the class rules, which name it
-BASE_REEXPORTS = frozenset(('Model', 'Collection', 'capture_module_outputs',
-                            'module', 'stateful', 'get_state',
-                            'module_method'))
-
-
-def legacy_attr(node, prefixes):
-  """'Dense' for ``nn.Dense`` when ``nn`` is a legacy prefix, else None."""
-  name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
-  if not name:
-    return None
-  inner = node
-  while isinstance(inner, cst.Attribute):
-    inner = inner.value
-  if not isinstance(inner, cst.Name):
-    return None  # nn.Conv(...).sum: an attribute of a value, not of nn
-  for p in prefixes:
-    if name.startswith(p + '.'):
-      attr = name[len(p) + 1:]
-      head, _, rest = attr.partition('.')
-      if head == 'base' and rest in BASE_REEXPORTS:
-        return rest  # nn.base.Model is nn.Model
-      return attr
-  return None
 
 
 class _FileVisitor(walk.FastVisitor):
@@ -214,10 +176,8 @@ class _FileVisitor(walk.FastVisitor):
       info = self._info(node.name.value, 'class', apply, skip_self=True)
       info.base = base
       if apply is not None:
-        from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
-        methods.collect_class(info, node)
-      from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
-      extra, info.shared_kw = helpers.shared_calls(node, apply,
+        method_facts.collect_class(info, node)
+      extra, info.shared_kw = helper_facts.shared_calls(node, apply,
                                                    set(info.params))
       info.child_calls += extra
       info.nested = nested
@@ -295,7 +255,7 @@ class _FileVisitor(walk.FastVisitor):
       info.var_pos = ps.star_arg.name.value
     if ps.star_kwarg is not None:
       info.var_kw = ps.star_kwarg.name.value
-    usage = _UsageVisitor(set(info.params))
+    usage = usage_facts.UsageVisitor(set(info.params))
     fn.body.visit(usage)
     info.array_params = usage.array - usage.driven
     info.weak_array = usage.weak - usage.array - usage.driven
@@ -473,70 +433,6 @@ def _returns(fn):
   return out
 
 
-class _UsageVisitor(walk.FastVisitor):
-  """Which parameters are used as arrays."""
-
-  def __init__(self, params):
-    self.params = params
-    self.array = set()
-    self.weak = set()  # only ``p.size``: an array, or a config's field
-    self.child_calls = []
-    self.driven = set()
-
-  def visit_Attribute(self, node):
-    if (isinstance(node.value, cst.Name) and node.value.value in self.params
-        and node.attr.value in ARRAY_ATTRS):
-      if node.attr.value in WEAK_ARRAY_ATTRS:
-        self.weak.add(node.value.value)
-      else:
-        self.array.add(node.value.value)
-
-  def visit_Subscript(self, node):
-    if isinstance(node.value, cst.Name) and node.value.value in self.params:
-      self.array.add(node.value.value)
-
-  def visit_Call(self, node):
-    name = dotted(node.func)
-    f = node.func
-    if (isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name)
-        and f.value.value in self.params and f.attr.value in DRIVE_METHODS):
-      self.driven.add(f.value.value)
-    from flaxlegacy.upgrade.rules import recurrent  # pylint: disable=g-import-not-at-top
-    self.array.update(recurrent.array_params(node, self.params))
-    if isinstance(node.func, cst.Name):
-      pos, kw = [], {}
-      for a in node.args:
-        v = a.value
-        p = v.value if isinstance(v, cst.Name) and v.value in self.params \
-            else None
-        if a.star:
-          continue
-        if a.keyword is None:
-          pos.append(p)
-        elif p is not None:
-          kw[a.keyword.value] = p
-      if any(pos) or kw:
-        self.child_calls.append((node.func.value, pos, kw))
-    if name in NOT_ARRAY_CALLS:
-      return
-    if name and name.startswith('jax.') and name.split('.')[-1] in TREE_FNS:
-      # a pytree of arrays (a mask of the parameters): an input; linen
-      # would also freeze a dict field, unlike the parameters it is mapped
-      # against
-      for a in node.args:
-        if isinstance(a.value, cst.Name) and a.value.value in self.params:
-          self.array.add(a.value.value)
-    from flaxlegacy.upgrade.rules import attention  # pylint: disable=g-import-not-at-top
-    self.array |= attention.array_params(node.func, node.args, self.params)
-    if isinstance(node.func, cst.Attribute) and node.func.attr.value in (
-        'partial', 'shared'):
-      return
-    if node.args and node.args[0].keyword is None and not node.args[0].star:
-      v = node.args[0].value
-      if isinstance(v, cst.Name) and v.value in self.params:
-        self.array.add(v.value)
-
-
 class CodebaseFacts:
   """Facts of every file, and the module table across them."""
 
@@ -599,8 +495,7 @@ class CodebaseFacts:
 
   def finish(self):
     """Splits every module's parameters (see the module docstring)."""
-    from flaxlegacy.upgrade.rules import aliases  # pylint: disable=g-import-not-at-top
-    aliases.propagate_partial_kwargs(self)  # X = M.partial(k=...): M's too
+    alias_facts.propagate_partial_kwargs(self)  # X = M.partial(k=...): M's too
     infos = [i for f in self.files.values() for i in f.modules.values()]
     for info in infos:
       partial = self.partial_kwargs.get(info.name, set())
@@ -620,13 +515,10 @@ class CodebaseFacts:
         else:
           info.fields.append(p)
     # Helper methods, and positional arguments at module calls (methods.py).
-    from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
-    methods.refine_split(self, infos)
-    from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
-    helpers.move_shared_call_params(self, infos)
+    method_facts.refine_split(self, infos)
+    helper_facts.move_shared_call_params(self, infos)
     # A subclass without apply of its own takes its base's split.
-    from flaxlegacy.upgrade.rules import subclasses  # pylint: disable=g-import-not-at-top
-    subclasses.inherit_splits(self)
+    subclass_facts.inherit_splits(self)
     # A parameter passed on as a call parameter of a child module is one too
     # (``Decoder(targets=targets)``); repeat until nothing moves.
     changed = True
@@ -684,8 +576,7 @@ def collect(path, module, code_of=None, statement_texts=None, code=None):
       if statement_texts is not None:
         visitor.text = statement_texts[i]
       stmt.visit(visitor)
-  from flaxlegacy.upgrade.rules import aliases, programs, subclasses  # pylint: disable=g-import-not-at-top
-  programs.collect_facts(facts, module, code_of, code)
-  aliases.collect_facts(facts, module, code_of)
-  subclasses.collect_facts(facts, module)
+  program_facts.collect_facts(facts, module, code_of, code)
+  alias_facts.collect_facts(facts, module, code_of)
+  subclass_facts.collect_facts(facts, module)
   return facts

@@ -63,8 +63,9 @@ import heapq
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import gin_bindings
+from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import walk
 
 UNKNOWN = ('unknown',)
@@ -318,7 +319,7 @@ class _Collect(walk.FastVisitor):
   # -- bindings --
   def visit_Import(self, node):
     for a in node.names:
-      full = facts_lib.dotted(a.name)
+      full = cst_util.dotted(a.name)
       local = a.asname.name.value if a.asname else full.split('.')[0]
       self._bind(local)
       target = full if a.asname else full.split('.')[0]
@@ -328,10 +329,10 @@ class _Collect(walk.FastVisitor):
   def visit_ImportFrom(self, node):
     if isinstance(node.names, cst.ImportStar):
       return
-    mod = facts_lib.dotted(node.module) if node.module is not None else ''
+    mod = cst_util.dotted(node.module) if node.module is not None else ''
     dots = len(node.relative)
     for a in node.names:
-      name = facts_lib.dotted(a.name)
+      name = cst_util.dotted(a.name)
       local = a.asname.name.value if a.asname else name
       self._bind(local)
       self.flow.constraints.append(('import', self.rel, self.scope.qual,
@@ -359,7 +360,7 @@ class _Collect(walk.FastVisitor):
   def visit_WithItem(self, node):
     if node.asname is not None:
       v = node.item
-      stateful = (isinstance(v, cst.Call) and facts_lib.legacy_attr(
+      stateful = (isinstance(v, cst.Call) and cst_util.legacy_attr(
           v.func, self.f.nn_prefixes) == 'stateful')
       self._target(node.asname.name, ('value', COLLECTION) if stateful
                    else None)
@@ -601,7 +602,7 @@ class Flow:
     for c in self.constraints:
       if c[0] == 'call':
         call_nodes.add(id(c[3].func))
-        name = facts_lib.dotted(c[3].func) or ''
+        name = cst_util.dotted(c[3].func) or ''
         if (name.split('.')[-1] in JAX_WRAPPERS
             and name.split('.')[0] in ('jax', 'flax') and c[3].args):
           # jax.jit(f): f is called through the wrapper's calls
@@ -997,7 +998,7 @@ class Flow:
       return set(self.values.get(slot, set()))
     if isinstance(expr, cst.Attribute):
       f = self._module_files.get(rel)
-      attr = facts_lib.legacy_attr(expr, f.nn_prefixes) if f else None
+      attr = cst_util.legacy_attr(expr, f.nn_prefixes) if f else None
       if attr is not None:
         return {self._legacy_value(attr)}
       slots = self._attr_slots(rel, qual, expr, load=True)
@@ -1106,15 +1107,14 @@ class Flow:
     return {UNKNOWN}
 
   def _legacy_value(self, attr):
-    from flaxlegacy.upgrade.rules import layers  # pylint: disable=g-import-not-at-top
-    if attr in layers.LAYERS:
+    if attr in layer_table.LAYERS:
       return ('layer', attr, frozenset())
     return ('ext', 'flax.nn.' + attr)
 
   def _call_values(self, rel, qual, call):
     f = call.func
     f_facts = self._module_files.get(rel)
-    if f_facts is not None and (facts_lib.legacy_attr(
+    if f_facts is not None and (cst_util.legacy_attr(
         f, f_facts.nn_prefixes) == 'Model' or _kept_model(f, f_facts)) and (
             call.args):
       site = ('m', rel, id(call))  # the model's module values
@@ -1124,7 +1124,7 @@ class Flow:
       return {('model', site)}
     if f_facts is not None and isinstance(f, cst.Attribute) and (
         f.attr.value == 'create') and f_facts.imports.get(
-            facts_lib.dotted(f.value) or '', facts_lib.dotted(f.value)) in (
+            cst_util.dotted(f.value) or '', cst_util.dotted(f.value)) in (
                 TRAIN_STATE, 'flax.training.' + TRAIN_STATE):
       # an earlier upgrade's TrainState: an optimizer of its params=
       target = _argument(call, None, 'params')
@@ -1134,7 +1134,7 @@ class Flow:
         self._wrote(('osite', site))
       return {('optimizer', site)}
     if self._is_optim(rel, qual, call):
-      return {('optdef', facts_lib.dotted(call.func).split('.')[-1])}
+      return {('optdef', cst_util.dotted(call.func).split('.')[-1])}
     if isinstance(f, cst.Attribute) and f.attr.value in OPTIMIZER_METHODS:
       base = self.expr_values(rel, qual, f.value)
       if f.attr.value == 'create' and any(v[0] == 'optdef' for v in base):
@@ -1159,7 +1159,7 @@ class Flow:
       models = {v for v in base if v[0] == 'model'}
       if models:
         return models | ({UNKNOWN} if len(models) != len(base) else set())
-    if facts_lib.dotted(f) == 'functools.partial' and call.args:
+    if cst_util.dotted(f) == 'functools.partial' and call.args:
       out = self._partial(rel, qual, call.args[0].value, call.args[1:])
       if _partial_of_function(call):
         # functools.partial(f, k=v) of a codebase function: f, called with
@@ -1172,7 +1172,7 @@ class Flow:
           elif v[0] not in ('class', 'layer'):
             out.add(UNKNOWN)
       return out
-    name = facts_lib.dotted(f) or ''
+    name = cst_util.dotted(f) or ''
     if name == 'dict' and self._name_slot(rel, qual, 'dict') is None:
       # dict(k=v, ...), dict(other, k=v): a dict with those keys
       site = ('c', rel, id(call))
@@ -1306,7 +1306,7 @@ class Flow:
     if f is None or not isinstance(expr, cst.Call):
       return False
     locals_ = getattr(f, 'optim_locals', set())
-    name = facts_lib.dotted(expr.func) or ''
+    name = cst_util.dotted(expr.func) or ''
     head, _, attr = name.rpartition('.')
     full = f.imports.get(name, '')
     if attr in NOT_OPTIMIZER_DEFS or full.rpartition('.')[2] in (
@@ -1342,7 +1342,7 @@ class Flow:
     f = call.func
     changed = False
     f_facts = self._module_files.get(rel)
-    if f_facts is not None and call.args and (facts_lib.legacy_attr(
+    if f_facts is not None and call.args and (cst_util.legacy_attr(
         f, f_facts.nn_prefixes) == 'Model' or _kept_model(f, f_facts)):
       # every nn.Model(M, ...) has its module values, wherever it stands
       # (an argument of create(...) is not evaluated otherwise)
@@ -1390,7 +1390,7 @@ class Flow:
           d.called = True
           changed |= self._bind_args(rel, qual, d, call.args[1:], None,
                                      1 if d.is_method else 0)
-    gin = _gin_call(facts_lib.dotted(f) or '', self._module_files.get(rel))
+    gin = _gin_call(cst_util.dotted(f) or '', self._module_files.get(rel))
     if gin is not None:
       changed |= self._gin(rel, qual, call, gin)
     if method is None and isinstance(f, cst.Attribute) and f.attr.value in (
@@ -1418,7 +1418,7 @@ class Flow:
       # the codebase (or of one of its bases)
       for v in self._receiver_classes(rel, qual, f.value):
         if (isinstance(f.value, cst.Call)
-            and facts_lib.dotted(f.value.func) == 'super'):
+            and cst_util.dotted(f.value.func) == 'super'):
           # super().m(...): the bases' m, never a subclass's override
           d = self.method_def(v[0], v[1], f.attr.value)
           ds = [d] if d is not None else []
@@ -1442,7 +1442,7 @@ class Flow:
     if (isinstance(expr, cst.Name) and s is not None and s.cls
         and expr.value == s.self_name):
       return [(rel, s.cls)]
-    if (isinstance(expr, cst.Call) and facts_lib.dotted(expr.func) == 'super'
+    if (isinstance(expr, cst.Call) and cst_util.dotted(expr.func) == 'super'
         and s is not None and s.cls and (
             not expr.args or len(expr.args) == 2)):
       # super().m(...) in a method of C: m of C's bases
@@ -1512,8 +1512,8 @@ class Flow:
       named = [b for b in node.bases if b.keyword is None]
       bs = self.bases(*c)
       if len(bs) != len(named) and not all(
-          facts_lib.dotted(b.value) == 'object' for b in named
-          if (facts_lib.dotted(b.value) or '') not in {q for _, q in bs}):
+          cst_util.dotted(b.value) == 'object' for b in named
+          if (cst_util.dotted(b.value) or '') not in {q for _, q in bs}):
         return True  # a base from outside the codebase
       todo.extend(bs)
     return False
@@ -1541,7 +1541,7 @@ class Flow:
       named = [a for a in args[1:] if a.keyword is None or (
           a.keyword.value == 'name')]
       name = (_literal_key(named[0].value) if named else None) or (
-          (facts_lib.dotted(args[0].value) or '').split('.')[-1])
+          (cst_util.dotted(args[0].value) or '').split('.')[-1])
       self.gin_external[name] = True
       for v in self.expr_values(rel, qual, args[0].value):
         changed |= self._add(('ginext', name), {v})
@@ -1792,7 +1792,7 @@ def _parameterized(d):
   e = d.decorator
   if not isinstance(e, cst.Call):
     return None
-  name = facts_lib.dotted(e.func) or ''
+  name = cst_util.dotted(e.func) or ''
   head, _, last = name.rpartition('.')
   if head.split('.')[-1] == 'parameterized' and last in (
       'parameters', 'named_parameters'):
@@ -1806,7 +1806,7 @@ def _decorator_name(d):
   e = d.decorator
   if isinstance(e, cst.Call):
     e = e.func
-  return facts_lib.dotted(e) or ''
+  return cst_util.dotted(e) or ''
 
 
 def _is_gin_registration(name):
@@ -1923,7 +1923,7 @@ def usable(values, attr=None, flow=None):
 
 
 def _is_property(fn):
-  return any(facts_lib.dotted(d.decorator) in ('property',
+  return any(cst_util.dotted(d.decorator) in ('property',
                                                'functools.cached_property')
              for d in fn.decorators)
 
@@ -1931,7 +1931,7 @@ def _is_property(fn):
 def _partial_of_function(call):
   """``functools.partial(f, k=v, ...)`` binding keywords only (a call of
   the partial passes f's positional arguments as they are)."""
-  return (facts_lib.dotted(call.func) == 'functools.partial' and call.args
+  return (cst_util.dotted(call.func) == 'functools.partial' and call.args
           and call.args[0].keyword is None and not call.args[0].star
           and isinstance(call.args[0].value, (cst.Name, cst.Attribute))
           and all(a.keyword is not None or a.star == '**'
@@ -1959,7 +1959,7 @@ def _kept_model(func, file_facts):
   upgrade kept (linen has no Model), so a second run decides alike."""
   if not (isinstance(func, cst.Attribute) and func.attr.value == 'Model'):
     return False
-  base = facts_lib.dotted(func.value)
+  base = cst_util.dotted(func.value)
   return base == 'flax.linen' or file_facts.imports.get(
       base) == 'flax.linen' or _carried_model(func, file_facts)
 
@@ -1969,7 +1969,7 @@ def _carried_model(func, file_facts):
   module (the helper copied into the tree, or flaxlegacy's own)."""
   if not (isinstance(func, cst.Attribute) and func.attr.value == 'Model'):
     return False
-  base = facts_lib.dotted(func.value) or ''
+  base = cst_util.dotted(func.value) or ''
   full = file_facts.imports.get(base, base)
   return full.split('.')[-1] == 'legacy_helpers' or full in (
       'flaxlegacy.migrate.upgraded',)

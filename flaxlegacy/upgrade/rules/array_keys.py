@@ -21,6 +21,7 @@ import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import positions as positions_lib
 from flaxlegacy.upgrade import walk
 
@@ -141,5 +142,5 @@ def run(file_facts, report, module, code=None):
     return module
   if IMPORT not in new.code:
     from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
-    new = programs._add_imports(new, {IMPORT}, set())  # pylint: disable=protected-access
+    new = cst_util.add_import_lines(new, {IMPORT}, set())
   return new

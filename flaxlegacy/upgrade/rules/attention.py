@@ -13,7 +13,7 @@ bias=False, cache=cache)`` becomes::
   ``(heads, head_dim)``) and ``out`` (kernel ``(heads, head_dim, out)``), so
   the legacy tree is kept.  Legacy ``SelfAttention`` is a partial of
   ``MultiHeadDotProductAttention``, so both take the legacy auto-name
-  ``MultiHeadDotProductAttention_<n>``: the name planner of rules/modules.py
+  ``MultiHeadDotProductAttention_<n>``: the name planner of rules/name_plan.py
   writes ``name=`` where linen's own counter differs.
 * Numbers: the hyper-parameters map one to one (``bias`` -> ``use_bias``;
   legacy ``deterministic`` defaults to False, written out when the call has a
@@ -38,16 +38,11 @@ bias=False, cache=cache)`` becomes::
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade.collectors.usage import ATTENTION  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention_cache
 
-# legacy spellings (after the nn prefix) of the attention modules
-ATTENTION = {
-    'SelfAttention': 'SelfAttention',
-    'MultiHeadDotProductAttention': 'MultiHeadDotProductAttention',
-    'attention.SelfAttention': 'SelfAttention',
-    'attention.MultiHeadDotProductAttention': 'MultiHeadDotProductAttention',
-}
 # The legacy auto-name of both (SelfAttention is a partial class).
 TYPE_NAME = 'MultiHeadDotProductAttention'
 MASK_HELPER = 'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask'
@@ -67,10 +62,6 @@ CTOR = {'num_heads': 'num_heads', 'dtype': 'dtype',
         'bias_init': 'bias_init', 'bias': 'use_bias'}
 MASK_ARGS = ('attention_axis', 'causal_mask', 'padding_mask',
              'key_padding_mask', 'segmentation', 'key_segmentation')
-# Arguments that carry arrays (facts.py: the enclosing module's parameter
-# passed here is a __call__ parameter, not a field).
-ARRAY_KWARGS = ('inputs_kv', 'padding_mask', 'key_padding_mask',
-                'segmentation', 'key_segmentation', 'dropout_rng')
 
 DECODE_TODO = ('legacy attention cache -> linen decode=(cache is not None): '
                "the decoding cache is linen's 'cache' collection (init with "
@@ -82,31 +73,6 @@ DECODE_TODO = ('legacy attention cache -> linen decode=(cache is not None): '
 def legacy_name(attr):
   """'SelfAttention' / 'MultiHeadDotProductAttention' for a legacy attr."""
   return ATTENTION.get(attr)
-
-
-def array_params(func, args, params):
-  """Parameters of ``params`` that a legacy attention call uses as arrays.
-
-  ``func``: the callee (``nn.SelfAttention``), ``args``: its libcst args.
-  """
-  name = facts_lib.dotted(func) if isinstance(
-      func, (cst.Attribute, cst.Name)) else None
-  if not name or not any(name.endswith('.' + a) for a in ATTENTION):
-    return set()
-  out = set()
-  positional = 0
-  for a in args:
-    v = a.value
-    p = v.value if isinstance(v, cst.Name) and v.value in params else None
-    if a.keyword is None and not a.star:
-      # inputs_q, and MultiHeadDotProductAttention's inputs_kv
-      if p and (positional == 0 or positional == 1 and name.endswith(
-          'MultiHeadDotProductAttention')):
-        out.add(p)
-      positional += 1
-    elif a.keyword is not None and a.keyword.value in ARRAY_KWARGS and p:
-      out.add(p)
-  return out
 
 
 def _simple(expr):
@@ -144,7 +110,6 @@ def field_attention(resolver, expr):
   layer), or the body rebinds it otherwise than ``name = name.partial(...)``
   (that ``.partial`` keeps a TODO), the call keeps a TODO.
   """
-  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
   up = resolver.up
   info = getattr(up, 'info', None)
   name = expr.value
@@ -158,7 +123,7 @@ def field_attention(resolver, expr):
     node = cst.parse_expression(default)
   except cst.ParserSyntaxError:
     return None, None
-  legacy = facts_lib.legacy_attr(node, up.ctx.facts.nn_prefixes)
+  legacy = cst_util.legacy_attr(node, up.ctx.facts.nn_prefixes)
   attr = legacy_name(legacy) if legacy else None
   if attr is None:
     return None, None
@@ -179,7 +144,7 @@ def field_attention(resolver, expr):
     if v[0] in ('class', 'layer', 'ext'):
       return None, why.format('the codebase gives it another module '
                               f'({v[-1] if len(v) > 1 else v[0]})')
-  return modules.Ref('attention', attr, name), None
+  return _shared.Ref('attention', attr, name), None
 
 
 def _assigned_values(fn, name):
@@ -217,12 +182,11 @@ def _names(target):
 def rewrite(up, original, updated, attr, guard=None):
   """The linen construction + call for one legacy attention call.
 
-  ``up``: the ApplyRewriter of the enclosing body (rules/modules.py).
+  ``up``: the ApplyRewriter of the enclosing body (rules/rewriter.py).
   ``guard``: the field the call goes through (``field_attention``), whose
   value is checked at run time to be its default.
   Returns ``updated`` (with a TODO recorded) where it cannot be certain.
   """
-  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
   kind = legacy_name(attr)
   args = list(updated.args)
   sig = ('inputs_q',) + (PARAMS if kind == 'MultiHeadDotProductAttention'
@@ -295,35 +259,35 @@ def rewrite(up, original, updated, attr, guard=None):
   if 'dropout_rate' in bound and 'deterministic' not in bound and (
       splat is None):
     # legacy default; linen's has none
-    ctor.append(modules._arg(cst.Name('False'), 'deterministic'))  # pylint: disable=protected-access
+    ctor.append(cst_util.arg(cst.Name('False'), 'deterministic'))
   if splat is not None:
     # the keys are known when the call runs: linen's names, the mask's
     # arguments apart, and a TypeError for what has no linen counterpart
     src = cst.Module([]).code_for_node(splat)
     given = '(' + ''.join(f'{k!r}, ' for k in bound) + ')'
     up.ctx.needed_defs[KWARGS_HELPER] = KWARGS_HELPER_SRC
-    ctor.append(cst.Arg(star='**', value=modules._expr(  # pylint: disable=protected-access
+    ctor.append(cst.Arg(star='**', value=cst_util.expr(
         f"{KWARGS_HELPER}({src}, 'ctor', {given})")))
-    mask_args.append(cst.Arg(star='**', value=modules._expr(  # pylint: disable=protected-access
+    mask_args.append(cst.Arg(star='**', value=cst_util.expr(
         f"{KWARGS_HELPER}({src}, 'mask', {given})")))
   if decode is not None:
-    ctor.append(modules._arg(decode, 'decode'))  # pylint: disable=protected-access
-    mask_args.append(modules._arg(decode.deep_clone(), 'decode'))  # pylint: disable=protected-access
-  inputs = [modules._arg(q.deep_clone())]  # pylint: disable=protected-access
+    ctor.append(cst_util.arg(decode, 'decode'))
+    mask_args.append(cst_util.arg(decode.deep_clone(), 'decode'))
+  inputs = [cst_util.arg(q.deep_clone())]
   if kv is not None:
-    inputs.append(modules._arg(kv.deep_clone()))  # pylint: disable=protected-access
+    inputs.append(cst_util.arg(kv.deep_clone()))
   if mask_args:
     inputs[-1] = inputs[-1].with_changes(comma=line_comma)
   up.ctx.needed_imports.add(MASK_HELPER)
   mask = cst.Call(func=cst.Name(MASK_HELPER.rsplit('.', 1)[1]),
-                  args=modules._clean_args(inputs + mask_args),  # pylint: disable=protected-access
+                  args=cst_util.clean_args(inputs + mask_args),
                   whitespace_before_args=updated.whitespace_before_args)
-  call = [modules._arg(q)]  # pylint: disable=protected-access
+  call = [cst_util.arg(q)]
   if kv is not None:
-    call.append(modules._arg(kv))  # pylint: disable=protected-access
-  call.append(modules._arg(mask, 'mask'))  # pylint: disable=protected-access
+    call.append(cst_util.arg(kv))
+  call.append(cst_util.arg(mask, 'mask'))
   if 'dropout_rng' in bound:
-    call.append(modules._arg(bound['dropout_rng'], 'dropout_rng'))  # pylint: disable=protected-access
+    call.append(cst_util.arg(bound['dropout_rng'], 'dropout_rng'))
 
   if name_arg is not None:
     ctor.append(name_arg)
@@ -332,30 +296,30 @@ def rewrite(up, original, updated, attr, guard=None):
       up.todo(original, up.todo_all)
     auto = up._auto_name(original, TYPE_NAME, None)  # pylint: disable=protected-access
     if auto is not None:
-      ctor.append(modules._arg(auto, 'name'))  # pylint: disable=protected-access
+      ctor.append(cst_util.arg(auto, 'name'))
   if cache is not None and not attention_cache.enabled(up.ctx.codebase):
     # where the codebase builds the cache, rules/attention_cache.py ports
     # its life cycle (or leaves the TODO at the program's lines)
     up.todo(original, DECODE_TODO)
-  func = modules._expr(up._prefix() + '.MultiHeadDotProductAttention')  # pylint: disable=protected-access
+  func = cst_util.expr(up._prefix() + '.MultiHeadDotProductAttention')  # pylint: disable=protected-access
   if guard is not None:
     # the field holds its default (legacy's attention class) at run time,
     # else a clear error (rules/attention.py field_attention)
     up.ctx.needed_imports.add(GUARD_HELPER)
     func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]), args=[
-        modules._arg(cst.Name('self')),  # pylint: disable=protected-access
-        modules._arg(cst.SimpleString(repr(guard))),  # pylint: disable=protected-access
-        modules._arg(updated.func),  # pylint: disable=protected-access
-        modules._arg(func)])  # pylint: disable=protected-access
+        cst_util.arg(cst.Name('self')),
+        cst_util.arg(cst.SimpleString(repr(guard))),
+        cst_util.arg(updated.func),
+        cst_util.arg(func)])
     func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]),
-                    args=modules._clean_args(list(func.args)))  # pylint: disable=protected-access
+                    args=cst_util.clean_args(list(func.args)))
   up.rewrote(original, 'attention', f'nn.{attr} -> linen '
              'MultiHeadDotProductAttention with the legacy mask')
   up.ctx.report.rewritten[-1]['shipped'] = MASK_HELPER
   return cst.Call(func=cst.Call(
-      func=func, args=modules._clean_args(ctor),  # pylint: disable=protected-access
+      func=func, args=cst_util.clean_args(ctor),
       whitespace_before_args=updated.whitespace_before_args),
-                  args=modules._clean_args(call))  # pylint: disable=protected-access
+                  args=cst_util.clean_args(call))
 
 
 KWARGS_HELPER = '_legacy_attention_kwargs'

@@ -23,7 +23,7 @@ class written into the upgraded file (plain linen, nothing imported from
 flaxlegacy) that splits the keywords by the linen class's dataclass fields
 (flax's own layers: legacy ``bias`` / ``scale`` renamed to ``use_bias`` /
 ``use_scale``, and the arguments linen needs for legacy numbers added, as
-rules/layers.py does for direct calls), builds an unbound instance, and
+layer_table.py does for direct calls), builds an unbound instance, and
 returns what legacy returned (``init``: ``(outputs, params)``; ``call``:
 the outputs).  A keyword that is neither a field nor a ``__call__``
 parameter of the class raises at run time.
@@ -37,8 +37,8 @@ without a TODO.  A life-cycle call of another shape (``init_by_shape``,
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
-from flaxlegacy.upgrade.rules import layers as layers_rule
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import layer_table
 
 HELPER = '_LegacyModule'
 
@@ -46,8 +46,8 @@ HELPER = '_LegacyModule'
 def _helper_src():
   renames = {}
   added = {}
-  for layer in layers_rule.LAYERS.values():
-    if layer.linen in layers_rule.SHIPPED:
+  for layer in layer_table.LAYERS.values():
+    if layer.linen in layer_table.SHIPPED:
       continue
     renames.update({k: v for k, v in layer.renames.items()
                     if k in layer.params})
@@ -155,7 +155,7 @@ def layer_values(up, call, info, bound_params=None):
         key if isinstance(key, str) else None)
     if param not in driven:
       continue
-    attr = facts_lib.legacy_attr(a.value, up.ctx.facts.nn_prefixes)
-    layer = layers_rule.LAYERS.get(attr)
-    if layer is not None and layer.linen not in layers_rule.SHIPPED:
+    attr = cst_util.legacy_attr(a.value, up.ctx.facts.nn_prefixes)
+    layer = layer_table.LAYERS.get(attr)
+    if layer is not None and layer.linen not in layer_table.SHIPPED:
       up._handled.add(id(a.value))  # pylint: disable=protected-access

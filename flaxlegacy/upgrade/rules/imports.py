@@ -8,8 +8,8 @@
 
 import libcst as cst
 
-from flaxlegacy.upgrade.facts import LEGACY_NN_MODULES
-from flaxlegacy.upgrade.facts import dotted
+from flaxlegacy.upgrade.cst_util import LEGACY_NN_MODULES
+from flaxlegacy.upgrade.cst_util import dotted
 
 
 def rewrite_import_from(node):

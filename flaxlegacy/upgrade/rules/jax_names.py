@@ -19,7 +19,7 @@ import re
 import libcst as cst
 
 from flaxlegacy import _names
-from flaxlegacy.upgrade.facts import dotted
+from flaxlegacy.upgrade.cst_util import dotted
 
 # qualified legacy name -> qualified modern name (plain renames).
 RENAMES = {}

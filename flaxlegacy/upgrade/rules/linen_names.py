@@ -35,6 +35,8 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.rules import _shared
+from flaxlegacy.upgrade.rules import name_plan as name_plan_lib
 
 _KEPT_DYNAMIC = ('the number of submodules depends on a loop or a condition '
                  '(the legacy_autoname counter)')
@@ -101,12 +103,11 @@ class _Scan(walk.FastVisitor):
     return cst.Module([]).code_for_node(node)
 
   def visit_Call(self, node):
-    from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
     f = node.func
     if (isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name)
         and f.value.value == 'self'):
       if f.attr.value in ('param', 'state'):
-        arg = modules._call_name(node) or (  # pylint: disable=protected-access
+        arg = _shared.call_name(node) or (
             node.args[0] if node.args and node.args[0].keyword is None
             and not node.args[0].star else None)
         value = _literal(arg.value) if arg is not None else None
@@ -115,7 +116,7 @@ class _Scan(walk.FastVisitor):
         else:
           self.variables.add(value)
       return True
-    arg = modules._call_name(node)  # pylint: disable=protected-access
+    arg = _shared.call_name(node)
     ref = None
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       ref = self.rw.resolver(f.value)
@@ -125,8 +126,8 @@ class _Scan(walk.FastVisitor):
       # a call of X.partial(name=...) made elsewhere (module level)
       r = ref
       while r is not None and r.kind == 'partial':
-        if r.extra is not None and modules._call_name(r.extra) is not None:  # pylint: disable=protected-access
-          arg = modules._call_name(r.extra)  # pylint: disable=protected-access
+        if r.extra is not None and _shared.call_name(r.extra) is not None:
+          arg = _shared.call_name(r.extra)
           break
         r = r.target
     if arg is None:
@@ -238,16 +239,15 @@ def plan(rw, name_plan, fn):
   """Sets ``rw.names`` to linen's plan where it is safe; returns a Rename.
 
   ``rw``: the ApplyRewriter (its legacy plan ``names`` / ``dynamic`` is
-  already made); ``name_plan``: its _NamePlan; ``fn``: the body's function.
+  already made); ``name_plan``: its NamePlan (rules/name_plan.py); ``fn``: the body's function.
   """
-  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
   scan = _Scan(rw)
   fn.body.visit(scan)
   if rw.dynamic:
     return _fallback(rw, name_plan, scan, _KEPT_DYNAMIC)
   if name_plan.nested:
     return _fallback(rw, name_plan, scan, _KEPT_NESTED)
-  if type(rw).plan_class is not modules.ApplyRewriter.plan_class and any(
+  if type(rw).plan_class is not name_plan_lib.NamePlan and any(
       True for _ in name_plan.events):
     return _fallback(rw, name_plan, scan, _KEPT_METHODS)
   instance_calls = {id(v[2]) for v in rw.instance_locals.values()}

@@ -35,9 +35,10 @@ import os
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.collectors import programs as program_facts
 
 # library calls that do the same on a parameter dict as on an nn.Model
 # (the legacy Model is a pytree whose leaves are its parameters)
@@ -57,9 +58,9 @@ TRAVERSALS = frozenset(('flax.optim.ModelParamTraversal',
                         'flax.traverse_util.ModelParamTraversal'))
 TRAVERSAL_METHODS = ('update', 'iterate')
 # the legacy optimizer definitions whose ``create(model)`` the program rules
-# make a TrainState of the model's parameters (rules/programs.py registers
-# its table here: it imports this module, not the other way round)
-REWRITTEN_OPTIMIZERS = frozenset()
+# make a TrainState of the model's parameters (their table:
+# collectors/programs.py)
+REWRITTEN_OPTIMIZERS = program_facts.TX_RULES
 
 
 def _flow(codebase):
@@ -339,7 +340,7 @@ class ModelUses:
       return 'a splatted argument'
     flow = self.flow
     f = call.func
-    name = facts_lib.dotted(f) or ''
+    name = cst_util.dotted(f) or ''
     f_facts = self.codebase.files.get(rel)
     last = name.split('.')[-1]
     if last in ('isinstance', 'assertIsInstance') and len(call.args) == 2:
@@ -392,7 +393,7 @@ class ModelUses:
 
 def _is_traversal_expr(expr, f_facts):
   if isinstance(expr, cst.Call):
-    return _qualified(facts_lib.dotted(expr.func) or '', f_facts) in TRAVERSALS
+    return _qualified(cst_util.dotted(expr.func) or '', f_facts) in TRAVERSALS
   return False
 
 

@@ -48,11 +48,12 @@ import keyword
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
-from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import helpers
 from flaxlegacy.upgrade.rules import methods as methods_rule
+from flaxlegacy.upgrade.rules import rewriter
 
 
 def find(up, node):
@@ -60,7 +61,7 @@ def find(up, node):
   out = []
   for stmt in node.body.body:
     if isinstance(stmt, cst.FunctionDef) and any(
-        facts_lib.legacy_attr(d.decorator, up.ctx.facts.nn_prefixes)
+        cst_util.legacy_attr(d.decorator, up.ctx.facts.nn_prefixes)
         == 'module_method' for d in stmt.decorators):
       out.append(stmt)
   return out
@@ -223,13 +224,12 @@ def _convert_method(up, info, fn, shared=False):
   class's one compact method (``_shared_form``), so its submodules may be
   auto-named under loops (a ``legacy_autoname`` counter, as ``__call__``).
   """
-  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
   keep, differ = _late_defaults(up, info, fn)
   minfo = info
   if keep:
     minfo = copy.copy(info)
     minfo.fields = [f for f in info.fields if f not in keep]
-  rw = modules.ApplyRewriter(up, minfo, fn)
+  rw = rewriter.ApplyRewriter(up, minfo, fn)
   if rw.dynamic and not shared:
     return None, 'its submodule names depend on loops or conditions', None
   body = fn.body.visit(rw)
@@ -239,9 +239,9 @@ def _convert_method(up, info, fn, shared=False):
   if rw.used_dynamic:
     up.ctx.needed_imports.add('itertools')
     stmts = list(body.body)
-    at = 1 if stmts and transform._is_docstring(stmts[0]) else 0  # pylint: disable=protected-access
+    at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0
     stmts[at:at] = [cst.parse_statement(
-        f'{modules.AUTONAME_VAR} = itertools.count()  # legacy auto-names: '
+        f'{_shared.AUTONAME_VAR} = itertools.count()  # legacy auto-names: '
         'one counter for all submodules\n')]
     body = body.with_changes(body=stmts)
   fields = set(rw.fields)
@@ -309,7 +309,7 @@ def _with_todos(up, body, todos):
     if isinstance(s, cst.FunctionDef) and s.name.value in todos:
       for why in todos[s.name.value]:
         up.ctx.report.left.append({'line': up._line_of(s), 'why': why})  # pylint: disable=protected-access
-      s = transform.add_todos(s, todos[s.name.value])
+      s = cst_util.add_todos(s, todos[s.name.value])
     out.append(s)
   return out
 
@@ -343,7 +343,7 @@ def _split(fn, scope, inner_name, drop_decorators=()):
                   args=args)
   stmts = list(fn.body.body)
   doc = []
-  if stmts and transform._is_docstring(stmts[0]):  # pylint: disable=protected-access
+  if stmts and cst_util.is_docstring(stmts[0]):
     doc, stmts = [stmts[0]], stmts[1:]
   if not stmts:
     stmts = [cst.SimpleStatementLine([cst.Pass()])]
@@ -377,7 +377,6 @@ def _shared_form(up, info, new_body, methods):
   names legacy gave them, and finds the parameters ``__call__`` made (legacy
   module methods shared the module's scope the same way).
   """
-  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
   converted = {}
   todos = {}
   for m in methods:
@@ -393,11 +392,11 @@ def _shared_form(up, info, new_body, methods):
   if call is None:
     return None, 'no __call__ to share the compact scope with'
   compact = [d for d in call.decorators
-             if (facts_lib.dotted(d.decorator) or '').endswith('compact')]
+             if (cst_util.dotted(d.decorator) or '').endswith('compact')]
   if not compact:
     return None, '__call__ is not compact'
   taken = ({s.name.value for s in body if isinstance(s, cst.FunctionDef)}
-           | set(info.fields) | {info.var_kw} | set(modules.RESERVED_FIELDS))
+           | set(info.fields) | {info.var_kw} | set(_shared.RESERVED_FIELDS))
   scope = _fresh(SCOPE_METHOD, taken)
   forward = {id(call)} | {id(v) for v in converted.values()}
   out = []
@@ -440,7 +439,6 @@ def _setup_form(up, info, new_body, methods):
   the original module methods still in it.  Returns the new body and the
   names converted, or (None, why).
   """
-  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
   names = {m.name.value for m in methods}
   converted = {}
   notes = []
@@ -456,7 +454,7 @@ def _setup_form(up, info, new_body, methods):
       notes.append(f'{m.name.value}: parameters {dropped} are fields')
   body = [converted.get(id(s), s) for s in new_body]
   fns = {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
-  resolver = modules.Resolver(up, {})
+  resolver = rewriter.Resolver(up, {})
 
   def is_ctor(expr):
     ref = resolver(expr)
@@ -484,7 +482,7 @@ def _setup_form(up, info, new_body, methods):
   if not hoist:
     return _with_todos(up, body, todos), notes
   taken = set(fns) | set(info.fields) | {info.var_kw} | set(
-      modules.RESERVED_FIELDS)
+      _shared.RESERVED_FIELDS)
   bound = {}
   for fname, fn in fns.items():
     b = _Bound()

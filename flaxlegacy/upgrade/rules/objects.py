@@ -38,7 +38,7 @@ import os
 import libcst as cst
 
 from flaxlegacy.upgrade import flow as flow_lib
-from flaxlegacy.upgrade.rules import aliases
+from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.rules import model_uses
 
 # parameters the program rules take for models by their name (programs.py)
@@ -350,7 +350,7 @@ def _module_named(codebase, flow, site):
     return False  # several classes, of different parameters
   f = codebase.files.get(site[1])
   name = getattr(f, 'model_site_names', {}).get(site[2])
-  return aliases.is_module_name(codebase, name)
+  return alias_facts.is_module_name(codebase, name)
 
 
 def carried(codebase, rel, qual, expr):

@@ -28,8 +28,8 @@ this rule's.
 
 import libcst as cst
 
+from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import walk
-from flaxlegacy.upgrade.rules import layers as layers_rule
 
 TODO = ('{name} holds a legacy {what}.partial and is called like a legacy '
         'module ({name}(x, ...)): {why}; port the partial and its calls '
@@ -102,8 +102,8 @@ def _call_plan(layer, call):
     return None, ('no name=: the legacy auto-name counts the submodules '
                   'of the calling module, which this function cannot see')
   for k in keys:
-    if (layer.legacy, k) in layers_rule.UNSUPPORTED_ARGS:
-      return None, layers_rule.UNSUPPORTED_ARGS[(layer.legacy, k)]
+    if (layer.legacy, k) in layer_table.UNSUPPORTED_ARGS:
+      return None, layer_table.UNSUPPORTED_ARGS[(layer.legacy, k)]
   return (ctor, pos[0].value), None
 
 
@@ -136,7 +136,7 @@ def scan(up, fn, resolver):
     elif any(a.keyword is None or a.star for a in pargs):
       why = 'the partial has positional or * / ** arguments'
     elif any((inner.target.legacy, a.keyword.value)
-             in layers_rule.UNSUPPORTED_ARGS for a in pargs):
+             in layer_table.UNSUPPORTED_ARGS for a in pargs):
       why = 'the partial binds an argument linen has no counterpart for'
     plans = {}
     if why is None:
@@ -167,7 +167,7 @@ def rewrite_call(up, original, updated, layer, plan):
   new_input = by_orig[id(pos[0].value)]
   args = []
   for k, v in ctor:
-    kw = k if k == 'name' else layers_rule.linen_kwarg(layer, k)
+    kw = k if k == 'name' else layer_table.linen_kwarg(layer, k)
     args.append(cst.Arg(value=by_orig[id(v)], keyword=cst.Name(kw),
                         equal=cst.AssignEqual(
                             whitespace_before=cst.SimpleWhitespace(''),

@@ -48,7 +48,6 @@ examples' convention), and the first parameter of a loss function passed to
 Anything not certain keeps its code and gets a TODO.
 """
 
-import ast
 import builtins
 import keyword
 import os
@@ -56,68 +55,28 @@ import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import flow as flow_lib
-from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
-from flaxlegacy.upgrade.rules import aliases
+from flaxlegacy.upgrade.collectors import aliases as alias_facts
+from flaxlegacy.upgrade.collectors import optimizer_defs as optdef_facts
+from flaxlegacy.upgrade.collectors import programs as program_facts
+from flaxlegacy.upgrade.collectors.programs import LEGACY_OPTAX  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import LIFECYCLE  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import MOMENTUM_WITH_DECAY  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import OPTAX  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import OPTAX_FIXED  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import TX_RULES  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import attention_cache
 from flaxlegacy.upgrade.rules import lifecycle_runtime
 from flaxlegacy.upgrade.rules import model_uses
 from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules import optimizer_defs
-from flaxlegacy.upgrade.rules.modules import _arg  # pylint: disable=g-importing-member
 
 OPT, MODEL, STRUCT = 'optimizer', 'model', 'struct'
-LIFECYCLE = ('init', 'init_by_shape', 'create', 'create_by_shape')
 
-# legacy optimizer -> (optax source template, legacy keyword -> (optax
-# keyword, legacy default where it is not optax's, else None)).  Only
-# optimizers whose optax arithmetic is legacy's.
-OPTAX = {
-    'GradientDescent': ('optax.sgd', {'learning_rate': ('learning_rate',
-                                                        None)}),
-    'Momentum': ('optax.sgd', {'learning_rate': ('learning_rate', None),
-                               'beta': ('momentum', '0.9'),
-                               'weight_decay': ('weight_decay', None),
-                               'nesterov': ('nesterov', None)}),
-    # legacy weight decay is decoupled and scaled by the learning rate, as
-    # optax.adamw's (the rewrite picks adamw when it is not zero)
-    'Adam': ('optax.adam', {'learning_rate': ('learning_rate', None),
-                            'beta1': ('b1', None), 'beta2': ('b2', None),
-                            'eps': ('eps', None),
-                            'weight_decay': ('weight_decay', None)}),
-    # optax.rmsprop with eps outside the root and a zero initial scale
-    'RMSProp': ('optax.rmsprop', {'learning_rate': ('learning_rate', None),
-                                  'beta2': ('decay', None),
-                                  'eps': ('eps', None),
-                                  'centered': ('centered', None)}),
-}
-# fixed optax arguments that make the optax function the legacy rule
-OPTAX_FIXED = {'RMSProp': ('initial_scale=0.0', 'eps_in_sqrt=False')}
-# legacy optimizers whose numbers plain optax does not reproduce ->
-# (constructor of flaxlegacy.migrate.legacy_optax (plain optax, importable
-# with FLAXLEGACY=off), its parameters: the legacy constructor's, in order)
-LEGACY_OPTAX = {
-    'Adagrad': ('adagrad', ('learning_rate', 'eps')),
-    'LAMB': ('lamb', ('learning_rate', 'beta1', 'beta2', 'weight_decay',
-                      'eps')),
-    'LARS': ('lars', ('learning_rate', 'beta', 'weight_decay',
-                      'trust_coefficient', 'eps', 'nesterov')),
-    'AdaBelief': ('adabelief', ('learning_rate', 'beta1', 'beta2', 'eps',
-                                'weight_decay')),
-    'Adadelta': ('adadelta', ('learning_rate', 'rho', 'eps', 'weight_decay')),
-    'Adafactor': ('adafactor', (
-        'learning_rate', 'factored', 'multiply_by_parameter_scale', 'beta1',
-        'decay_rate', 'step_offset', 'clipping_threshold',
-        'weight_decay_rate', 'min_dim_size_to_factor', 'epsilon1',
-        'epsilon2', 'dtype_momentum')),
-}
-MOMENTUM_WITH_DECAY = ('momentum', ('learning_rate', 'beta', 'weight_decay',
-                                    'nesterov'))
 USER_OPTDEF = optimizer_defs.KEEP
-TX_RULES = frozenset(OPTAX) | frozenset(LEGACY_OPTAX) | {'MultiOptimizer'}
-model_uses.REWRITTEN_OPTIMIZERS = TX_RULES
 OPT_PARAM_NAMES = ('optimizer', 'opt', 'new_optimizer')
 # a model that carries its module (objects.model_carried): the helper it
 # becomes, imported under this name
@@ -141,258 +100,7 @@ def _s(src):
   return cst.parse_statement(src)
 
 
-def _clean(args):
-  """Commas between args (or list / dict items), none after the last."""
-  args = list(args)
-  out = []
-  for i, a in enumerate(args):
-    if i < len(args) - 1:
-      a = a.with_changes(comma=cst.Comma(
-          whitespace_after=cst.SimpleWhitespace(' ')))
-    else:
-      a = a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-    out.append(a)
-  return out
-
-
 # --- facts ---------------------------------------------------------------------
-
-
-class _Scan(walk.FastVisitor):
-  """Per-file program facts (stored on the FileFacts)."""
-
-  def __init__(self, f, code_of):
-    self.f = f
-    self.code_of = code_of
-    f.model_classes = set()  # legacy module expressions models are built of
-    f.loss_fns = {}  # loss function name -> source of its optimizer
-    self.partial_vars = {}
-    self.grad_fns = {}  # name -> loss function it differentiates
-    f.optdef_functions = set()
-    f.model_builders = {}  # function -> (params, module expr src, index)
-    f.model_site_names = {}  # id(nn.Model call) -> the class it names
-    f.per_step_lr = False
-    f.optim_locals = {l for l, full in f.imports.items()
-                      if full in ('flax.optim',)}
-    f.user_optdefs = set()  # classes derived from optim.OptimizerDef & co
-    # user optimizer definitions: class -> optimizer_defs.Plan (translated)
-    # or why not; and every class's bases (last name), for subclasses
-    f.optdef_plans = {}
-    f.class_bases = {}
-    self._classes = 0
-
-  def _is_optimizer_def(self, name):
-    """Whether a base's dotted name is legacy ``OptimizerDef`` itself."""
-    return _qualified(name, self.f.imports) in (
-        'flax.optim.OptimizerDef', 'flax.optim.base.OptimizerDef')
-
-  def visit_ClassDef(self, node):
-    self._classes += 1
-    names = []
-    for b in node.bases:
-      name = facts_lib.dotted(b.value) if isinstance(
-          b.value, (cst.Name, cst.Attribute)) else None
-      names.append(name)
-      head, _, attr = (name or '').rpartition('.')
-      full = self.f.imports.get(name or '', '')
-      if (head in self.f.optim_locals and (attr == 'OptimizerDef'
-                                            or attr in TX_RULES)) or (
-          full.startswith('flax.optim.')) or (name in self.f.user_optdefs) or (
-              _qualified(name, self.f.imports).startswith('flax.optim.')):
-        self.f.user_optdefs.add(node.name.value)
-    self.f.class_bases[node.name.value] = [
-        n.split('.')[-1] for n in names if n]
-    if node.name.value in self.f.user_optdefs:
-      if self._classes > 1 or getattr(self, '_fn', None):
-        why = 'it is defined inside a function or class'
-      else:
-        why = optimizer_defs.analyse(
-            node, self.code_of, len(names) == 1
-            and self._is_optimizer_def(names[0]), self.f.top_names)
-      self.f.optdef_plans[node.name.value] = why
-
-  def leave_ClassDef(self, node):
-    self._classes -= 1
-
-  def visit_Assign(self, node):
-    v = node.value
-    if getattr(self, '_locals', None) and len(node.targets) == 1 and (
-        isinstance(node.targets[0].target, cst.Name)):
-      self._locals[-1][0][node.targets[0].target.value] = v
-    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
-                                              cst.Name)
-        and isinstance(v, cst.Call) and v.args
-        and isinstance(v.args[0].value, cst.Name)
-        and (facts_lib.dotted(v.func) or '').split('.')[-1] in (
-            'grad', 'value_and_grad')):
-      self.grad_fns[node.targets[0].target.value] = v.args[0].value.value
-    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
-                                              cst.Name)
-        and isinstance(v, cst.Call) and isinstance(v.func, cst.Attribute)
-        and v.func.attr.value == 'partial'):
-      self.partial_vars[node.targets[0].target.value] = _class_name(v)
-    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
-                                              cst.Name)
-        and isinstance(v, cst.Call) and isinstance(v.func, cst.Name)
-        and v.func.value in self.f.partial_helpers):
-      self.partial_vars[node.targets[0].target.value] = (
-          self.f.partial_helpers[v.func.value].split('.')[-1])
-
-  def visit_FunctionDef(self, node):
-    self._fn = getattr(self, '_fn', [])
-    self._fn.append(node.name.value)
-    self._locals = getattr(self, '_locals', [])
-    ps = node.params
-    self._locals.append(({}, [p.name.value for p in list(ps.posonly_params)
-                              + list(ps.params) + list(ps.kwonly_params)]))
-
-  def leave_FunctionDef(self, node):
-    self._fn.pop()
-    self._locals.pop()
-
-  def _model_builder(self, v):
-    """A function returning ``nn.Model(E, params)`` (alone or first in a
-    tuple): its module expression E in terms of the parameters."""
-    if len(self._fn) != 1:
-      return
-    index = None
-    if isinstance(v, cst.Tuple) and v.elements:
-      v, index = v.elements[0].value, 0
-    if not (isinstance(v, cst.Call) and facts_lib.legacy_attr(
-        v.func, self.f.nn_prefixes) == 'Model' and v.args):
-      return
-    assigns, params = self._locals[-1]
-    e = v.args[0].value
-    return self._record_builder(e, assigns, params, index)
-
-  def _model_builder_name(self, v):
-    """``return model[, state]`` where ``model = nn.Model(E, params)``."""
-    if len(self._fn) != 1:
-      return
-    index = None
-    if isinstance(v, cst.Tuple) and v.elements:
-      v, index = v.elements[0].value, 0
-    assigns, params = self._locals[-1]
-    if not isinstance(v, cst.Name) or v.value not in assigns:
-      return
-    m = assigns[v.value]
-    if not (isinstance(m, cst.Call) and facts_lib.legacy_attr(
-        m.func, self.f.nn_prefixes) == 'Model' and m.args):
-      return
-    self._record_builder(m.args[0].value, assigns, params, index)
-
-  def _record_builder(self, e, assigns, params, index):
-    if isinstance(e, cst.Name) and e.value in assigns:
-      e = assigns[e.value]
-    src = self.code_of(e)
-    for name in assigns:
-      if name not in params and re.search(rf'(?<![.\w]){name}\b', src):
-        return  # depends on another local value
-    self.f.model_builders[self._fn[-1]] = (params, src, index)
-
-  def visit_Return(self, node):
-    v = node.value
-    if getattr(self, '_fn', None) and v is not None:
-      self._model_builder(v)
-      self._model_builder_name(v)
-    if (getattr(self, '_fn', None) and isinstance(v, cst.Call)
-        and isinstance(v.func, (cst.Name, cst.Attribute))):
-      name = facts_lib.dotted(v.func) or ''
-      head, _, attr = name.rpartition('.')
-      if head in self.f.optim_locals and attr in TX_RULES:
-        self.f.optdef_functions.add(self._fn[-1])
-
-  def visit_Call(self, node):
-    fn = node.func
-    if isinstance(fn, cst.Attribute):
-      a = fn.attr.value
-      if a in LIFECYCLE:
-        name = _class_name(fn.value)
-        self.f.model_classes.add(self.partial_vars.get(name, name))
-      if a in ('apply_gradient', 'optimize'):
-        if any(x.keyword is not None and x.keyword.value == 'learning_rate'
-               for x in node.args):
-          self.f.per_step_lr = True
-      if a == 'optimize' and node.args:
-        v = node.args[0].value
-        if isinstance(v, cst.Name):
-          self.f.loss_fns[v.value] = self.code_of(fn.value)
-      if (facts_lib.legacy_attr(fn, self.f.nn_prefixes) == 'Model'
-          and node.args):
-        self.f.model_classes.add(_class_name(node.args[0].value))
-        # the class the source names for its module (a local bound to a
-        # partial: its class), for objects.model_carried
-        name = _class_name(node.args[0].value)
-        self.f.model_site_names[id(node)] = self.partial_vars.get(name, name)
-    # grad_fn = jax.value_and_grad(f, ...) ... grad_fn(x.target)
-    if (isinstance(fn, cst.Name) and fn.value in self.grad_fns and node.args
-        and isinstance(node.args[0].value, cst.Attribute)
-        and node.args[0].value.attr.value == 'target'):
-      self.f.loss_fns[self.grad_fns[fn.value]] = self.code_of(
-          node.args[0].value.value)
-    # jax.grad(f)(x.target) / jax.value_and_grad(f, ...)(x.target)
-    if (isinstance(fn, cst.Call) and node.args
-        and isinstance(node.args[0].value, cst.Attribute)
-        and node.args[0].value.attr.value == 'target'):
-      name = facts_lib.dotted(fn.func) or ''
-      if name.split('.')[-1] in ('grad', 'value_and_grad') and fn.args:
-        v = fn.args[0].value
-        if isinstance(v, cst.Name):
-          self.f.loss_fns[v.value] = self.code_of(node.args[0].value.value)
-
-
-def _qualified(name, imports):
-  """``flax.optim.OptimizerDef`` for ``flax.optim.OptimizerDef`` under
-  ``import flax``, ``optim.OptimizerDef`` under ``from flax import optim``
-  ...: a dotted name through the file's imports ('' if none)."""
-  head, _, rest = (name or '').partition('.')
-  full = imports.get(head)
-  if not full:
-    return ''
-  return full + ('.' + rest if rest else '')
-
-
-def _class_name(expr):
-  """'CNN' for ``CNN`` / ``CNN.partial(...)`` / ``models.CNN``."""
-  if (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)
-      and expr.func.attr.value == 'partial'):
-    expr = expr.func.value
-  name = facts_lib.dotted(expr) if isinstance(
-      expr, (cst.Name, cst.Attribute)) else None
-  return name.split('.')[-1] if name else None
-
-
-PROGRAM_WORDS = re.compile(
-    r'\boptim\b|\.target\b|\.state\.step\b|apply_gradient|\.optimize\(|'
-    r'init_by_shape|create_by_shape|\.create\(|\.init\(|stateful|'
-    r'stochastic|nn\.(?:base\.)?Model|restore_checkpoint|replicate\(\)')
-
-
-def _top_names(module):
-  """Names a module binds at its top level."""
-  names = set()
-  for stmt in module.body:
-    if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
-      names.add(stmt.name.value)
-    elif isinstance(stmt, cst.SimpleStatementLine):
-      for small in stmt.body:
-        if isinstance(small, cst.Assign):
-          names.update(t.target.value for t in small.targets
-                       if isinstance(t.target, cst.Name))
-        elif isinstance(small, (cst.Import, cst.ImportFrom)) and not (
-            isinstance(small.names, cst.ImportStar)):
-          for a in small.names:
-            names.add(a.asname.name.value if a.asname and isinstance(
-                a.asname.name, cst.Name) else (facts_lib.dotted(
-                    a.name) or '').split('.')[0])
-  return names
-
-
-def collect_facts(file_facts, module, code_of, code=None):
-  file_facts.top_names = _top_names(module)
-  module.visit(_Scan(file_facts, code_of))
-  file_facts.program_words = bool(PROGRAM_WORDS.search(
-      module.code if code is None else code))
 
 
 def relevant(file_facts, codebase=None, path=None):
@@ -489,7 +197,7 @@ class Scope:
     return None
 
 
-class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
+class ProgramRewriter(cst_util.TodoComments, walk.FastTransformer):
   """The program-level pass over one legacy file."""
 
   def __init__(self, ctx):
@@ -554,9 +262,9 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
 
   def _is_module_expr(self, expr):
     """A user legacy module class or module alias (not a legacy layer)."""
-    if facts_lib.legacy_attr(expr, self.f.nn_prefixes) is not None:
+    if cst_util.legacy_attr(expr, self.f.nn_prefixes) is not None:
       return False
-    if aliases.is_module_name(self.codebase, _class_name(expr)):
+    if alias_facts.is_module_name(self.codebase, program_facts.class_name(expr)):
       return True
     # self.network, KNOWN_MODELS[name]: every value it holds is one
     return self._flow_info(expr) is not None
@@ -613,11 +321,11 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
     return self._is_module_expr(expr)
 
   def is_nn(self, expr, attr):
-    return facts_lib.legacy_attr(expr, self.f.nn_prefixes) == attr
+    return cst_util.legacy_attr(expr, self.f.nn_prefixes) == attr
 
   def is_optim(self, expr):
     """'Momentum' for ``optim.Momentum``, else None."""
-    name = facts_lib.dotted(expr) if isinstance(
+    name = cst_util.dotted(expr) if isinstance(
         expr, (cst.Name, cst.Attribute)) else None
     if not name:
       return None
@@ -735,7 +443,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
     """Source of a linen module instance for a legacy class expression."""
     code = self.ctx.code_of(cls_expr)
     if (isinstance(cls_expr, cst.Call)
-        and facts_lib.dotted(cls_expr.func) == 'functools.partial'
+        and cst_util.dotted(cls_expr.func) == 'functools.partial'
         and cls_expr.args and not cls_expr.args[0].keyword
         and not cls_expr.args[0].star):
       # models.M.partial(...), already rewritten by leave_Call
@@ -805,7 +513,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
     # optax transformation (rules/optimizer_defs.py), or stays with a TODO
     if node.name.value in self.f.user_optdefs:
       plan = self._plan(self.f, node.name.value)
-      if isinstance(plan, optimizer_defs.Plan):
+      if isinstance(plan, optdef_facts.Plan):
         return True  # its methods' bodies get the program rules too
       self.todo(node, USER_OPTDEF.format(node.name.value, plan))
       return False
@@ -815,17 +523,17 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
     self._quals.pop()
     plan = (self._plan(self.f, original_node.name.value)
             if original_node.name.value in self.f.user_optdefs else None)
-    if not isinstance(plan, optimizer_defs.Plan):
+    if not isinstance(plan, optdef_facts.Plan):
       return updated_node
     self.note(original_node, f'{plan.name}(OptimizerDef) -> a function '
               'returning an optax GradientTransformation')
     return optimizer_defs.convert(self, original_node, updated_node, plan)
 
   def _plan(self, file_facts, name):
-    """The ``optimizer_defs.Plan`` of the user definition ``name`` of
+    """The ``optdef_facts.Plan`` of the user definition ``name`` of
     ``file_facts``, or why it is not translated."""
     plan = getattr(file_facts, 'optdef_plans', {}).get(name)
-    if not isinstance(plan, optimizer_defs.Plan):
+    if not isinstance(plan, optdef_facts.Plan):
       return plan or 'it is not a direct OptimizerDef subclass'
     subs = sorted(c for f in self.codebase.files.values()
                   for c, bases in getattr(f, 'class_bases', {}).items()
@@ -836,9 +544,9 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
 
   def is_optimizer_state(self, node):
     """Whether ``node`` names legacy ``flax.optim.OptimizerState``."""
-    name = facts_lib.dotted(node) if isinstance(
+    name = cst_util.dotted(node) if isinstance(
         node, (cst.Name, cst.Attribute)) else None
-    return _qualified(name, self.f.imports) in (
+    return program_facts.qualified(name, self.f.imports) in (
         'flax.optim.OptimizerState', 'flax.optim.base.OptimizerState')
 
   def _user_class(self, func):
@@ -889,7 +597,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
     if found is None:
       return None
     plan = self._plan(*found)
-    return plan if isinstance(plan, optimizer_defs.Plan) else None
+    return plan if isinstance(plan, optdef_facts.Plan) else None
 
   def visit_FunctionDef(self, node):
     self._quals.append(node.name.value)
@@ -1128,7 +836,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
             self._is_module_expr(ov.func.value) or (
                 isinstance(ov.func.value, cst.Name)
                 and self.scope.lookup('modvars_', ov.func.value.value))) \
-        and facts_lib.legacy_attr(ov.func.value, self.f.nn_prefixes) is None:
+        and cst_util.legacy_attr(ov.func.value, self.f.nn_prefixes) is None:
       # ``_, params = X.init(rng, ...)``: the pair is legacy's life cycle;
       # X is not known to hold one legacy module class (a functools.partial
       # built elsewhere, a class from outside)
@@ -1256,8 +964,8 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
       inputs = ', '.join(self._argsrc(a) for a in args[1:]
                          if a.keyword is None)
       rest = [a for a in args[1:] if a.keyword is not None]
-    info = aliases.root_info(self.codebase, None,
-                             _class_name(call.func.value))
+    info = alias_facts.root_info(self.codebase, None,
+                             program_facts.class_name(call.func.value))
     if info is None:
       info = self._flow_info(call.func.value)
     if info is None and isinstance(call.func.value, cst.Name):
@@ -1357,12 +1065,12 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
       else:
         items.append(new_item)
     if not handled:
-      return updated_node.with_changes(items=_clean(items))
+      return updated_node.with_changes(items=cst_util.clean(items))
     if not all(h[3] for h in handled):
       runtime = lifecycle_runtime.runtime_block(
           self, original_node, updated_node, handled, items,
           lambda item: isinstance(item.item, cst.Call) and self.is_nn(
-              item.item.func, 'stateful'), _clean)
+              item.item.func, 'stateful'), cst_util.clean)
       if runtime is not None:
         return runtime
       what = ('legacy attention cache block' if any(
@@ -1373,7 +1081,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
       return updated_node
     self.note(original_node, 'nn.stateful -> apply arguments')
     if items:
-      return updated_node.with_changes(items=_clean(items))
+      return updated_node.with_changes(items=cst_util.clean(items))
     body = list(updated_node.body.body)
     if body:
       body[0] = body[0].with_changes(leading_lines=list(
@@ -1458,7 +1166,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
     if apply.endswith('().apply') and re.fullmatch(
         r'[\w.]+', apply[:-len('().apply')]):
       # the class this model was built of (nn.Model(pkg.M, params) here)
-      info = aliases.root_info(self.codebase, None,
+      info = alias_facts.root_info(self.codebase, None,
                                apply[:-len('().apply')].split('.')[-1])
     if info is None and not carried:
       info = self.codebase.modules.get(self.model_class or '')
@@ -1558,7 +1266,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
       self.note(original_node, 'M.partial -> functools.partial')
       return updated_node.with_changes(
           func=_e('functools.partial'),
-          args=_clean([cst.Arg(value=updated_node.func.value)]
+          args=cst_util.clean([cst.Arg(value=updated_node.func.value)]
                       + list(updated_node.args)))
     # M.call(params, *inputs) of a known module (or a local holding its
     # partial): apply with the parameters
@@ -1566,8 +1274,8 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
         and original_node.args and not any(
             a.star or a.keyword is not None for a in original_node.args)
         and self._known_module(f.value)):
-      info = self._flow_info(f.value) or aliases.root_info(
-          self.codebase, None, _class_name(f.value))
+      info = self._flow_info(f.value) or alias_facts.root_info(
+          self.codebase, None, program_facts.class_name(f.value))
       n = len(original_node.args) - 1
       if info is None or info.kind != 'class' or info.var_pos or not set(
           info.params[:n]) <= set(info.call):
@@ -1652,7 +1360,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
       return updated_node
     if name == 'ModelParamTraversal' or (
         isinstance(f, (cst.Name, cst.Attribute))
-        and self._qualify(facts_lib.dotted(f))
+        and self._qualify(cst_util.dotted(f))
         == 'flax.optim.ModelParamTraversal'
         and id(original_node) in self._traversal_objects()):
       return self._traversal(original_node, updated_node)
@@ -1709,7 +1417,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
       self._rewritten_calls.add(id(original_node))
       return _e(f'{apply}({variables}, {args}{extra})')
     # checkpoints.restore_checkpoint(dir, opt)
-    name = facts_lib.dotted(f) if isinstance(f, (cst.Name, cst.Attribute)
+    name = cst_util.dotted(f) if isinstance(f, (cst.Name, cst.Attribute)
                                              ) else None
     full = self._qualify(name)
     if full == 'flax.training.checkpoints.restore_checkpoint' and len(
@@ -1807,8 +1515,8 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
       # legacy_model.Model(M, params)(...) (leave_Call rewrote the inner
       # call): it applies M, known at run time, as legacy did
       return updated
-    info = self._flow_info(module) or aliases.root_info(
-        self.codebase, None, _class_name(module))
+    info = self._flow_info(module) or alias_facts.root_info(
+        self.codebase, None, program_facts.class_name(module))
     fields = set(info.fields) | ({info.var_kw} if info.var_kw else set()) if (
         info is not None) else set()
     if (not self._known_module(module) or self._stateful or self._stochastic
@@ -2083,7 +1791,7 @@ class ProgramRewriter(transform.TodoComments, walk.FastTransformer):
 
   def visit_Subscript(self, node):
     # Callable[[nn.Model, ...], ...] in a type alias: a type, not a value
-    name = facts_lib.dotted(node.value) if isinstance(
+    name = cst_util.dotted(node.value) if isinstance(
         node.value, (cst.Name, cst.Attribute)) else None
     if name and name.split('.')[-1] in TYPING_GENERICS:
       self._in_type += 1
@@ -2144,7 +1852,7 @@ class _TraversalUses(walk.ScopedVisitor):
     return isinstance(v, cst.Call) and isinstance(
         v.func, (cst.Name, cst.Attribute)) and (
             self.rw.is_optim(v.func) == 'ModelParamTraversal'
-            or self.rw._qualify(facts_lib.dotted(v.func))  # pylint: disable=protected-access
+            or self.rw._qualify(cst_util.dotted(v.func))  # pylint: disable=protected-access
             == 'flax.optim.ModelParamTraversal')
 
   def visit_Assign(self, node):
@@ -2264,13 +1972,13 @@ def _drop_optim_import(module, optim_locals):
       if isinstance(updated_node.names, cst.ImportStar):
         return updated_node
       keep = [a for a in updated_node.names
-              if (a.asname.name.value if a.asname else facts_lib.dotted(
+              if (a.asname.name.value if a.asname else cst_util.dotted(
                   a.name)) not in optim_locals]
       if len(keep) == len(updated_node.names):
         return updated_node
       if not keep:
         return cst.RemoveFromParent()
-      return updated_node.with_changes(names=_clean(keep))
+      return updated_node.with_changes(names=cst_util.clean(keep))
 
     def leave_Import(self, original_node, updated_node):
       keep = [a for a in updated_node.names
@@ -2279,32 +1987,9 @@ def _drop_optim_import(module, optim_locals):
         return updated_node
       if not keep:
         return cst.RemoveFromParent()
-      return updated_node.with_changes(names=_clean(keep))
+      return updated_node.with_changes(names=cst_util.clean(keep))
 
   return T().walk(module), True
-
-
-def _add_imports(module, statements, bound):
-  """Adds import statements (source lines) after the last top-level import,
-  skipping those whose local name the file already binds."""
-  new = []
-  for src in sorted(statements):
-    local = src.split()[-1] if ' as ' in src else src.split()[-1].split('.')[0]
-    if local in bound:
-      continue
-    new.append(_s(src + '\n'))
-  if not new:
-    return module
-  body = list(module.body)
-  last = -1
-  for i, stmt in enumerate(body):
-    if isinstance(stmt, cst.SimpleStatementLine) and any(
-        isinstance(x, (cst.Import, cst.ImportFrom)) for x in stmt.body):
-      last = i
-  if last < 0:
-    last = 0 if body and transform._is_docstring(body[0]) else -1  # pylint: disable=protected-access
-  body[last + 1:last + 1] = new
-  return module.with_changes(body=body)
 
 
 def _drop_unused_optim_names(module, f):
@@ -2323,17 +2008,17 @@ def _drop_unused_optim_names(module, f):
 
     def leave_ImportFrom(self, original_node, updated_node):
       if isinstance(updated_node.names, cst.ImportStar) or not (
-          (facts_lib.dotted(updated_node.module) or '').startswith(
+          (cst_util.dotted(updated_node.module) or '').startswith(
               'flax.optim')):
         return updated_node
       keep = [a for a in updated_node.names
-              if (a.asname.name.value if a.asname else facts_lib.dotted(
+              if (a.asname.name.value if a.asname else cst_util.dotted(
                   a.name)) not in unused]
       if len(keep) == len(updated_node.names):
         return updated_node
       if not keep:
         return cst.RemoveFromParent()
-      return updated_node.with_changes(names=_clean(keep))
+      return updated_node.with_changes(names=cst_util.clean(keep))
 
   return T().walk(module), unused
 
@@ -2350,4 +2035,4 @@ def run(ctx, module):
   bound = set(ctx.facts.imports) - unused
   if dropped:
     bound -= rw.f.optim_locals
-  return _add_imports(new, rw.imports, bound)
+  return cst_util.add_import_lines(new, rw.imports, bound)

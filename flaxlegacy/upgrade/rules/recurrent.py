@@ -31,12 +31,10 @@ and shapes (spec legacy-nn.md 3.17), but take ``features`` as a field and
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade.collectors.usage import CELLS  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import jax_names
-from flaxlegacy.upgrade.rules.modules import _arg as _kwarg  # pylint: disable=g-importing-member
-from flaxlegacy.upgrade.rules.programs import _clean  # pylint: disable=g-importing-member
 
-CELLS = ('LSTMCell', 'GRUCell', 'OptimizedLSTMCell')
 # legacy apply hyper-parameters; linen's fields have the same names
 CELL_HYPER = ('gate_fn', 'activation_fn', 'kernel_init',
               'recurrent_kernel_init', 'bias_init')
@@ -51,7 +49,7 @@ def _e(src):
 
 def _cell(up, expr):
   """'LSTMCell' when ``expr`` is the legacy ``nn.LSTMCell`` (etc.)."""
-  attr = facts_lib.legacy_attr(expr, up.ctx.facts.nn_prefixes)
+  attr = cst_util.legacy_attr(expr, up.ctx.facts.nn_prefixes)
   return attr if attr in CELLS else None
 
 
@@ -63,7 +61,7 @@ def _cell_method(up, func, method):
 
 
 def _in_module(up):
-  return hasattr(up, 'info')  # modules.ApplyRewriter
+  return hasattr(up, 'info')  # rewriter.ApplyRewriter
 
 
 def _bind(args, names):
@@ -136,7 +134,7 @@ def leave_call(up, original, updated):
     ctor = _construct(up, original, rest, cell, 'call')
     if ctor is None:
       return updated
-    return cst.Call(func=ctor, args=_clean(
+    return cst.Call(func=ctor, args=cst_util.clean(
         [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
          for a in inputs]))
   scan = _scan_body(up, original)
@@ -157,7 +155,7 @@ def _construct(up, original, args, cell, how):
     up.todo(original, f'nn.{cell}: arguments {bad} have no linen cell field')
     return None
   if 'name' not in kws and how in ('call', 'shared'):
-    # the legacy auto-name from the class's plan (rules/modules.py counts
+    # the legacy auto-name from the class's plan (rules/name_plan.py counts
     # cells on the one counter); None: linen's own name is legacy's
     name = up._auto_name(original, cell if how == 'call' else None, None)  # pylint: disable=protected-access
     if name is None and (how == 'shared' or up.dynamic):
@@ -165,7 +163,7 @@ def _construct(up, original, args, cell, how):
               'auto-name here; give it a name= and upgrade again')
       return None
     if name is not None:
-      args.append(_kwarg(name, 'name'))
+      args.append(cst_util.arg(name, 'name'))
   elif 'name' not in kws:
     up.todo(original, f'unnamed nn.{cell}: legacy auto-names it on the '
             'shared counter; give it a name= and upgrade again')
@@ -174,7 +172,7 @@ def _construct(up, original, args, cell, how):
   up.rewrote(original, 'recurrent', f'nn.{cell}.{how} -> {SHIPPED}.{cell} '
              '(hidden size from the carry)')
   up.ctx.report.rewritten[-1]['shipped'] = f'{SHIPPED_IMPORT}.{cell}'
-  return cst.Call(func=_e(f'{SHIPPED}.{cell}'), args=_clean(args))
+  return cst.Call(func=_e(f'{SHIPPED}.{cell}'), args=cst_util.clean(args))
 
 
 def _initialize_carry(up, original, updated, cell):
@@ -185,11 +183,11 @@ def _initialize_carry(up, original, updated, cell):
             'init_fn) expected')
     return updated
   ctor_args = [cst.Arg(value=bound['size'].value),
-               _kwarg(_e('None'), 'parent')]
+               cst_util.arg(_e('None'), 'parent')]
   zeros = True
   if 'init_fn' in bound:
     init = obound['init_fn'].value
-    attr = facts_lib.legacy_attr(
+    attr = cst_util.legacy_attr(
         init.func if isinstance(init, cst.Call) else init,
         up.ctx.facts.nn_prefixes)
     if attr is None or not attr.startswith('initializers.'):
@@ -199,11 +197,11 @@ def _initialize_carry(up, original, updated, cell):
       return updated
     if attr != 'initializers.zeros':
       zeros = False
-      ctor_args.append(_kwarg(bound['init_fn'].value, 'carry_init'))
+      ctor_args.append(cst_util.arg(bound['init_fn'].value, 'carry_init'))
   rng = bound['rng'].value
   orng = obound['rng'].value
   if (zeros and _in_module(up) and isinstance(orng, cst.Call)
-      and not orng.args and facts_lib.legacy_attr(
+      and not orng.args and cst_util.legacy_attr(
           orng.func, up.ctx.facts.nn_prefixes) == 'make_rng'):
     rng = _e('jax.random.PRNGKey(0)')
     up.ctx.needed_imports.add('jax')
@@ -213,19 +211,19 @@ def _initialize_carry(up, original, updated, cell):
       isinstance(e, cst.StarredElement) for e in dims.elements):
     elements = [e.with_changes(comma=cst.MaybeSentinel.DEFAULT)
                 for e in dims.elements] + [cst.Element(value=size)]
-    shape = cst.Tuple(elements=_clean(elements))
+    shape = cst.Tuple(elements=cst_util.clean(elements))
   else:
     shape = cst.BinaryOperation(
         left=cst.Call(func=cst.Name('tuple'), args=[cst.Arg(value=dims)]),
         operator=cst.Add(),
         right=cst.Tuple(elements=[cst.Element(
             value=size, comma=cst.Comma())]))
-  ctor = cst.Call(func=updated.func.value, args=_clean(ctor_args))
+  ctor = cst.Call(func=updated.func.value, args=cst_util.clean(ctor_args))
   up.rewrote(original, 'recurrent', f'nn.{cell}.initialize_carry -> linen '
              'initialize_carry')
   return cst.Call(func=cst.Attribute(value=ctor,
                                      attr=cst.Name('initialize_carry')),
-                  args=_clean([cst.Arg(value=rng), cst.Arg(value=shape)]))
+                  args=cst_util.clean([cst.Arg(value=rng), cst.Arg(value=shape)]))
 
 
 def _scan(up, original, updated, cell, partial):
@@ -263,30 +261,11 @@ def _scan(up, original, updated, cell, partial):
   lifted = _e(f"{prefix}.scan({SHIPPED}.{cell}, variable_broadcast='params', "
               f"split_rngs={{'params': False}}{axes})")
   up.rewrote(original, 'recurrent', f'{q} over nn.{cell} -> {prefix}.scan')
-  return cst.Call(func=ctor.with_changes(func=lifted), args=_clean(
+  return cst.Call(func=ctor.with_changes(func=lifted), args=cst_util.clean(
       [cst.Arg(value=bound['init'].value), cst.Arg(value=bound['xs'].value)]))
 
 
-def array_params(call, params):
-  """Parameters passed as arrays to a scan or a legacy cell (facts split).
-
-  ``scan_in_dim(f, init, xs)`` / ``lax.scan(f, init, xs)``: ``init`` and
-  ``xs``; ``nn.LSTMCell(carry, x, ...)``: ``carry`` and ``x``.
-  """
-  name = facts_lib.dotted(call.func) or ''
-  if name.endswith(('scan_in_dim', 'lax.scan')):
-    args = [a for a in call.args[1:3] if a.keyword is None] + [
-        a for a in call.args if a.keyword is not None
-        and a.keyword.value in ('init', 'xs')]
-  elif name.split('.')[-1] in CELLS:
-    args = [a for a in call.args[:2] if a.keyword is None]
-  else:
-    return []
-  return [a.value.value for a in args if isinstance(a.value, cst.Name)
-          and a.value.value in params and not a.star]
-
-
-# for the auto-name plan (rules/modules.py)
+# for the auto-name plan (rules/name_plan.py)
 cell = _cell
 cell_method = _cell_method
 in_module = _in_module

@@ -31,6 +31,7 @@ some legacy keywords: a TODO).
 import libcst as cst
 
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade.rules import _shared
 
 HELPER = '_legacy_module_call'
 HELPER_SRC = '''
@@ -85,8 +86,7 @@ def check(codebase, values, ref):
     infos.append(info)
   if len({_signature(i) for i in infos}) == 1:
     return ref, None
-  from flaxlegacy.upgrade.rules.modules import Ref  # pylint: disable=g-import-not-at-top
-  return Ref('class', infos[0], 'runtime'), None
+  return _shared.Ref('class', infos[0], 'runtime'), None
 
 
 def call(up, original, updated, ref, auto_name):

@@ -39,121 +39,25 @@ rewrite does with a class whose base is not ``nn.Module``:
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import walk
-from flaxlegacy.upgrade.rules import layers
+from flaxlegacy.upgrade.collectors import subclasses as subclass_facts
 
 # Legacy layers whose classes define nothing but ``apply`` (an ``apply``
 # override replaces all of what they compute).
 APPLY_ONLY_LAYERS = frozenset(('Dense', 'DenseGeneral', 'Conv',
                                'ConvTranspose', 'BatchNorm', 'LayerNorm',
                                'GroupNorm'))
-# Legacy layers whose linen counterparts (rules/layers.py) create every
+# Legacy layers whose linen counterparts (layer_table.py) create every
 # parameter with ``self.param(name, init_fn, shape[, dtype])``, under the
 # legacy names: a ``param`` override carries over.
 PARAM_LAYERS = frozenset(('Dense', 'DenseGeneral', 'Conv', 'ConvTranspose',
                           'LayerNorm', 'GroupNorm'))
-LEGACY_PARAM_ARGS = ('name', 'shape', 'initializer')
-
-
-def collect_facts(file_facts, module):
-  """Per legacy class: its method names and whether it calls ``super()``;
-  per class with nothing but a ``param`` override: None if it carries over
-  to linen, else why not (``param_overrides``)."""
-  shapes = {}
-  overrides = {}
-  for stmt in module.body:
-    if not isinstance(stmt, cst.ClassDef) or (
-        stmt.name.value not in file_facts.modules):
-      continue
-    methods = [s.name.value for s in stmt.body.body
-               if isinstance(s, cst.FunctionDef)]
-    found = []
-
-    class V(walk.FastVisitor):
-
-      def visit_Call(self, node):
-        if isinstance(node.func, cst.Name) and node.func.value == 'super':
-          found.append(node)
-
-    stmt.visit(V())
-    shapes[stmt.name.value] = (methods, bool(found))
-    if methods == ['param']:
-      overrides[stmt.name.value] = _param_override_why(stmt)
-  file_facts.class_shapes = shapes
-  file_facts.param_overrides = overrides
-
-
-def _super_param_call(node):
-  """Whether ``node`` is ``super().param(...)`` / ``super(C, self).param``."""
-  f = node.func
-  return (isinstance(f, cst.Attribute) and f.attr.value == 'param'
-          and isinstance(f.value, cst.Call)
-          and isinstance(f.value.func, cst.Name)
-          and f.value.func.value == 'super')
-
-
-def _super_param_args(call, names):
-  """The (name, shape, initializer) argument nodes of a legacy
-  ``super().param(...)`` call, or None."""
-  bound = {}
-  for i, a in enumerate(call.args):
-    if a.star:
-      return None
-    key = a.keyword.value if a.keyword is not None else (
-        LEGACY_PARAM_ARGS[i] if i < 3 else None)
-    if key not in LEGACY_PARAM_ARGS or key in bound:
-      return None
-    bound[key] = a.value
-  if len(bound) != 3:
-    return None
-  return tuple(bound[k] for k in LEGACY_PARAM_ARGS)
-
-
-def _param_fn(cls):
-  for s in cls.body.body:
-    if isinstance(s, cst.FunctionDef) and s.name.value == 'param':
-      return s
-  return None
-
-
-def _param_override_why(cls):
-  """None if ``cls``'s ``param`` override carries over to linen, else why
-  not."""
-  fn = _param_fn(cls)
-  ps = fn.params
-  plain = list(ps.posonly_params) + list(ps.params)
-  if (len(plain) != 4 or ps.kwonly_params or isinstance(ps.star_arg, cst.Param)
-      or ps.star_kwarg is not None or any(p.default is not None
-                                          for p in plain)
-      or fn.decorators):
-    return ('its param override does not take exactly (self, name, shape, '
-            'initializer)')
-  bad = []
-
-  class V(walk.FastVisitor):
-
-    def visit_Call(self, node):
-      if isinstance(node.func, cst.Name) and node.func.value == 'super':
-        return True
-      if _super_param_call(node):
-        if _super_param_args(node, LEGACY_PARAM_ARGS) is None:
-          bad.append('super().param with other arguments than (name, '
-                     'shape, initializer)')
-      return True
-
-    def visit_Attribute(self, node):
-      if (isinstance(node.value, cst.Call)
-          and isinstance(node.value.func, cst.Name)
-          and node.value.func.value == 'super' and node.attr.value != 'param'):
-        bad.append(f'calls super().{node.attr.value}')
-
-  fn.visit(V())
-  return bad[0] if bad else None
 
 
 def param_layer(codebase, info):
-  """The rules/layers.py Layer a legacy layer subclass whose only method
+  """The layer_table.py Layer a legacy layer subclass whose only method
   is a ``param`` override that carries over is called as (constructing the
   subclass itself), or None."""
   if info is None or info.kind != 'class' or info.base not in PARAM_LAYERS:
@@ -164,7 +68,7 @@ def param_layer(codebase, info):
     return None
   if info.problems != ['no apply method']:
     return None
-  base = layers.LAYERS.get(info.base)
+  base = layer_table.LAYERS.get(info.base)
   if base is None:
     return None
   return base._replace(legacy=info.name, linen=info.name)
@@ -172,7 +76,7 @@ def param_layer(codebase, info):
 
 def is_user_layer(layer):
   """A Layer from ``param_layer`` (its constructor is the user's class)."""
-  return layers.LAYERS.get(layer.legacy) is not layer and (
+  return layer_table.LAYERS.get(layer.legacy) is not layer and (
       layer.legacy == layer.linen)
 
 
@@ -183,9 +87,9 @@ class _SuperParam(cst.CSTTransformer):
     self.star, self.starstar = star, starstar
 
   def leave_Call(self, original_node, updated_node):
-    if not _super_param_call(updated_node):
+    if not subclass_facts.super_param_call(updated_node):
       return updated_node
-    name, shape, init = _super_param_args(updated_node, LEGACY_PARAM_ARGS)
+    name, shape, init = subclass_facts.super_param_args(updated_node, subclass_facts.LEGACY_PARAM_ARGS)
     args = [cst.Arg(name), cst.Arg(init), cst.Arg(shape),
             cst.Arg(cst.Name(self.star), star='*'),
             cst.Arg(cst.Name(self.starstar), star='**')]
@@ -217,9 +121,9 @@ def _names(node):
 def convert_param_override(up, node, info, layer):
   """``class StdConv(nn.Conv): def param(self, name, shape, init)`` ->
   a linen ``nn.Conv`` subclass with ``param(self, name, init, shape, ...)``."""
-  base = layers.LAYERS[info.base]
-  if base.linen in layers.SHIPPED:
-    full = layers.SHIPPED[base.linen]
+  base = layer_table.LAYERS[info.base]
+  if base.linen in layer_table.SHIPPED:
+    full = layer_table.SHIPPED[base.linen]
     up.ctx.needed_imports.add(full.rsplit('.', 1)[0])
     base_src = base.linen
   else:
@@ -252,36 +156,6 @@ def convert_param_override(up, node, info, layer):
                            body=node.body.with_changes(body=body))
 
 
-def _shape(codebase, info):
-  f = codebase.files.get(info.file)
-  return getattr(f, 'class_shapes', {}).get(info.name, ([], False))
-
-
-def inherit_splits(codebase):
-  """A subclass without ``apply`` of a user module takes the base's split."""
-  for _ in range(8):  # chains of subclasses
-    changed = False
-    for f in codebase.files.values():
-      for info in f.modules.values():
-        if info.kind != 'class' or info.base == 'Module' or (
-            info.problems != ['no apply method']):
-          continue
-        base = codebase.module(f, info.base)
-        if base is None or base.problems or base.kind != 'class':
-          continue
-        methods, _ = _shape(codebase, info)
-        if methods:
-          continue  # overrides something: convert() says what
-        for attr in ('params', 'defaults', 'var_kw', 'var_pos',
-                     'array_params', 'child_calls', 'fields', 'call'):
-          setattr(info, attr, getattr(base, attr))
-        info.problems = []
-        info.inherits = base.name
-        changed = True
-    if not changed:
-      return
-
-
 def convert(up, node, info, convert_plain):
   """Rewrites (or marks) a legacy module class whose base is not Module.
 
@@ -290,8 +164,8 @@ def convert(up, node, info, convert_plain):
   """
   codebase = up.ctx.codebase
   base_name = info.base
-  methods, uses_super = _shape(codebase, info)
-  layer = base_name if facts_lib.legacy_attr(
+  methods, uses_super = subclass_facts.class_shape(codebase, info)
+  layer = base_name if cst_util.legacy_attr(
       _base_expr(node, info), up.ctx.facts.nn_prefixes) else None
   if getattr(info, 'inherits', None):
     up.rewrote(node, 'subclass', f'class {info.name}({base_name}): no apply '
@@ -327,7 +201,7 @@ def convert(up, node, info, convert_plain):
     base = codebase.module(up.ctx.facts, base_name)
     if base is None or base.kind != 'class':
       why = 'its base is not a legacy module class this upgrade sees'
-    elif set(_shape(codebase, base)[0]) - {'apply'}:
+    elif set(subclass_facts.class_shape(codebase, base)[0]) - {'apply'}:
       why = f'its base {base_name} has more than apply'
   if why is not None:
     kind = f'legacy {layer}' if layer else base_name
@@ -350,7 +224,7 @@ def convert(up, node, info, convert_plain):
 
 def _base_expr(node, info):
   for b in node.bases:
-    name = facts_lib.dotted(b.value)
+    name = cst_util.dotted(b.value)
     if name and name.split('.')[-1] == info.base:
       return b.value
   return None

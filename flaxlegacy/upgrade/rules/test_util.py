@@ -27,8 +27,8 @@ Left with a TODO: other JaxTestCase-only methods (``self.rng()``,
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
-from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import positions as positions_lib
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import jax_names
 
@@ -83,7 +83,7 @@ def _local_names(imports):
   return mods, cases
 
 
-class _Pass(transform.TodoComments, walk.FastTransformer):
+class _Pass(cst_util.TodoComments, walk.FastTransformer):
   """The rewrite; TODO comments attach to the enclosing statement."""
 
   def __init__(self, ctx, mods, cases, positions):
@@ -110,7 +110,7 @@ class _Pass(transform.TodoComments, walk.FastTransformer):
   _line_of = _line
 
   def _is_case(self, expr):
-    name = facts_lib.dotted(expr)
+    name = cst_util.dotted(expr)
     if name is None:
       return False
     if name in self.cases or name == MODULE + '.JaxTestCase':
@@ -171,7 +171,7 @@ class _Pass(transform.TodoComments, walk.FastTransformer):
   def leave_Attribute(self, original_node, updated_node):
     if self._in_import:
       return updated_node
-    name = facts_lib.dotted(original_node)
+    name = cst_util.dotted(original_node)
     if name is None:
       return updated_node
     head, _, attr = name.rpartition('.')
@@ -208,16 +208,16 @@ def _drop_imports(module, unused):
 
     def _keep(self, alias, from_test_util):
       local = (alias.asname.name.value if alias.asname
-               else facts_lib.dotted(alias.name))
+               else cst_util.dotted(alias.name))
       return not (local in unused and from_test_util)
 
     def leave_ImportFrom(self, original_node, updated_node):
       if isinstance(updated_node.names, cst.ImportStar) or (
           updated_node.module is None):
         return updated_node
-      mod = facts_lib.dotted(updated_node.module)
+      mod = cst_util.dotted(updated_node.module)
       names = [a for a in updated_node.names
-               if self._keep(a, f'{mod}.{facts_lib.dotted(a.name)}'.startswith(
+               if self._keep(a, f'{mod}.{cst_util.dotted(a.name)}'.startswith(
                    MODULE))]
       if not names:
         return cst.RemoveFromParent()
@@ -228,7 +228,7 @@ def _drop_imports(module, unused):
 
     def leave_Import(self, original_node, updated_node):
       names = [a for a in updated_node.names
-               if self._keep(a, facts_lib.dotted(a.name) == MODULE)]
+               if self._keep(a, cst_util.dotted(a.name) == MODULE)]
       if not names:
         return cst.RemoveFromParent()
       if len(names) != len(updated_node.names):
@@ -265,7 +265,7 @@ def run(ctx, module):
   mods, cases = _local_names(ctx.facts.imports)
   if not mods and not cases:
     return module
-  pas = _Pass(ctx, mods, cases, transform.LazyPositions(module))
+  pas = _Pass(ctx, mods, cases, positions_lib.LazyPositions(module))
   new = pas.walk(module)
   if pas.used_helper and _defines(new, HELPER):
     pas.ctx.report.left.append({'line': None, 'why': f'{HELPER} is already '
@@ -279,5 +279,5 @@ def run(ctx, module):
   if pas.used_helper and not _defines(new, HELPER):
     new = _insert_helper(new)
   if pas.need_parameterized:
-    new = transform.add_imports(new, {'absl.testing.parameterized'})
+    new = cst_util.add_imports(new, {'absl.testing.parameterized'})
   return new

@@ -26,9 +26,8 @@ import re
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import positions as positions_lib
-from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade import walk
 
 WHY = ('linen runs a parameter\'s initializer under jax.eval_shape on every '
@@ -58,12 +57,12 @@ def _array_modules(module):
     for small in stmt.body:
       if isinstance(small, cst.Import):
         for a in small.names:
-          dotted = facts_lib.dotted(a.name)
+          dotted = cst_util.dotted(a.name)
           if dotted == 'jax' or dotted.startswith('jax.'):
             names.add(a.asname.name.value if a.asname else
                       dotted.split('.')[0])
       elif isinstance(small, cst.ImportFrom) and small.module is not None:
-        base = facts_lib.dotted(small.module)
+        base = cst_util.dotted(small.module)
         if (base == 'jax' or base.startswith('jax.')) and not isinstance(
             small.names, cst.ImportStar):
           for a in small.names:
@@ -198,14 +197,14 @@ class _Rewriter(walk.FastTransformer):
     name = self.marked.get(original_node)
     if name is None or not isinstance(updated, cst.BaseStatement):
       return updated
-    text = transform.TODO_PREFIX + WHY
+    text = cst_util.TODO_PREFIX + WHY
     if any(l.comment is not None and l.comment.value == text
            for l in updated.leading_lines):
       return updated  # upgraded before: neither the TODO nor its report
     pos = self.positions.get(original_node)
     self.report.left.append({'line': pos.start.line if pos else None,
                              'why': f'{name}: {WHY}'})
-    return transform.add_todos(updated, [WHY])
+    return cst_util.add_todos(updated, [WHY])
 
 
 def run(report, module, code=None):

@@ -4,11 +4,14 @@ import types
 
 import libcst as cst
 
-from flaxlegacy.upgrade import facts as facts_lib
-from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade import cst_util
+# ``apply`` spells LazyPositions ``transform.LazyPositions``, its home before
+# the layering (cst_util.py): positions.py under that name, until apply is
+# next edited
+from flaxlegacy.upgrade import positions as transform
 from flaxlegacy.upgrade import walk
 
-TODO_PREFIX = transform.TODO_PREFIX
+TODO_PREFIX = cst_util.TODO_PREFIX
 _LINEN_MODULES = ('flax.linen', 'flax.linen.recurrent', 'flax.linen.attention',
                   'flax.linen.linear', 'flax.linen.module')
 TRANSFORMS = ('scan', 'vmap', 'jit', 'remat', 'checkpoint', 'map_variables',
@@ -26,7 +29,7 @@ class LinenNames:
                for v in self.imports.values())
 
   def qualify(self, node):
-    name = facts_lib.dotted(node) if isinstance(
+    name = cst_util.dotted(node) if isinstance(
         node, (cst.Name, cst.Attribute)) else None
     if not name:
       return None
@@ -72,7 +75,7 @@ class LinenNames:
     return qualified
 
 
-class Rule(transform.TodoComments, walk.FastTransformer):
+class Rule(cst_util.TodoComments, walk.FastTransformer):
   """A rule's transformer: ``rewrote`` and ``todo`` report with line numbers
   (of the module it is given), TODOs as the other rules write them."""
 
@@ -170,4 +173,4 @@ def clean_args(args):
 
 
 def add_imports(module, needed):
-  return transform.add_imports(module, needed)
+  return cst_util.add_imports(module, needed)

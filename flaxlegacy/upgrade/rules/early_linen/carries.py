@@ -29,6 +29,7 @@
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules.early_linen import _common
 
@@ -82,14 +83,14 @@ class Rule(_common.Rule):
     return updated_node
 
   def leave_ImportFrom(self, original_node, updated_node):
-    module = _common.facts_lib.dotted(original_node.module) if (
+    module = cst_util.dotted(original_node.module) if (
         original_node.module is not None) else None
     if (original_node.relative or module not in (
         'flax.linen', 'flax.linen.recurrent') or
         isinstance(original_node.names, cst.ImportStar)):
       return updated_node
     names = [a for a in updated_node.names
-             if _common.facts_lib.dotted(a.name) == 'ConvLSTM']
+             if cst_util.dotted(a.name) == 'ConvLSTM']
     if not names:
       return updated_node
     alias = names[0]

@@ -32,6 +32,7 @@ import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules.early_linen import _common
 
@@ -105,7 +106,7 @@ class Rule(_common.Rule):
   def _partial_with_dtype(self, node):
     if not isinstance(node, cst.Call):
       return False
-    q = self.names.qualify(node.func) or _common.facts_lib.dotted(node.func)
+    q = self.names.qualify(node.func) or cst_util.dotted(node.func)
     return (q in ('functools.partial', 'partial') and
             any(a.keyword is not None and a.keyword.value == 'dtype'
                 for a in node.args))

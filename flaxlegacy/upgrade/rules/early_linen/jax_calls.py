@@ -27,6 +27,7 @@
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade.rules.early_linen import _common
 
 _REMAT = ('jax.remat', 'jax.checkpoint', 'jax.ad_checkpoint.checkpoint',
@@ -146,7 +147,7 @@ class Rule(_common.Rule):
         return updated_node
       if linen or not isinstance(v, (cst.Name, cst.Attribute)):
         return updated_node  # (linen takes False; an expression: its error)
-      src = _common.facts_lib.dotted(v)
+      src = cst_util.dotted(v)
       self.rewrote(original_node, 'concrete=c -> passed only when true')
       self.todo(original_node, CONCRETE_VALUE)
       args[i] = cst.Arg(value=_common.e(

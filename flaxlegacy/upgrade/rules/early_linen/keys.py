@@ -19,6 +19,7 @@ import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade.rules.early_linen import _common
 
 WHY = ('flax 0.3 linen derived parameter keys differently: on today\'s linen '
@@ -44,12 +45,12 @@ class Rule(_common.Rule):
   def _binds_linen_local(self, node):
     if isinstance(node, cst.Import):
       return any((a.asname.name.value if a.asname else
-                  (_common.facts_lib.dotted(a.name) or '').split('.')[0])
+                  (cst_util.dotted(a.name) or '').split('.')[0])
                  in self.linen_locals for a in node.names)
     if isinstance(node, cst.ImportFrom) and not isinstance(
         node.names, cst.ImportStar):
       return any((a.asname.name.value if a.asname else
-                  _common.facts_lib.dotted(a.name)) in self.linen_locals
+                  cst_util.dotted(a.name)) in self.linen_locals
                  for a in node.names)
     return False
 
@@ -64,15 +65,15 @@ class Rule(_common.Rule):
 
   def _is_linen_import(self, node):
     if isinstance(node, cst.Import):
-      return any((_common.facts_lib.dotted(a.name) or '').startswith(
+      return any((cst_util.dotted(a.name) or '').startswith(
           'flax.linen') for a in node.names)
     if isinstance(node, cst.ImportFrom) and node.module is not None and (
         not node.relative):
-      mod = _common.facts_lib.dotted(node.module)
+      mod = cst_util.dotted(node.module)
       if mod.startswith('flax.linen'):
         return True
       return mod == 'flax' and not isinstance(node.names, cst.ImportStar) and (
-          any(_common.facts_lib.dotted(a.name) == 'linen' for a in node.names))
+          any(cst_util.dotted(a.name) == 'linen' for a in node.names))
     return False
 
   def leave_SimpleStatementLine(self, original_node, updated_node):

@@ -25,6 +25,7 @@ import libcst as cst
 
 from flaxlegacy import _names
 from flaxlegacy.migrate.check import dotted_name as _dotted
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade.rules import jax_names
 from flaxlegacy.upgrade.rules.early_linen import _common
 
@@ -123,11 +124,11 @@ class Rule(_common.Rule):
 
   def _gone(self, node):
     if isinstance(node, cst.Import):
-      names = [_common.facts_lib.dotted(a.name) for a in node.names]
+      names = [cst_util.dotted(a.name) for a in node.names]
     elif (isinstance(node, cst.ImportFrom) and node.module is not None and
           not node.relative and not isinstance(node.names, cst.ImportStar)):
-      mod = _common.facts_lib.dotted(node.module)
-      names = [mod] + [f'{mod}.{_common.facts_lib.dotted(a.name)}'
+      mod = cst_util.dotted(node.module)
+      names = [mod] + [f'{mod}.{cst_util.dotted(a.name)}'
                        for a in node.names]
     else:
       return None

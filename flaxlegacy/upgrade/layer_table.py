@@ -1,4 +1,4 @@
-"""Rule: legacy layer calls -> linen layer construction + call.
+"""The legacy layer table: legacy layer calls -> linen construction + call.
 
 ``nn.Dense(x, 10, name='fc')`` -> ``nn.Dense(10, name='fc')(x)``.  Each
 legacy layer lists its ``apply`` parameters after the input (the order of

@@ -1,0 +1,265 @@
+"""Layer 1 of the upgrade: libcst helpers that every other layer shares.
+
+The upgrade's modules import each other in layers, without circles (counting
+imports inside functions too; tests/test_upgrade_layers.py checks it):
+
+1. leaves: this module, walk.py, positions.py, gin_bindings.py,
+   layer_table.py (the legacy layer table);
+2. facts: the fact collectors (collectors/), facts.py, flow.py;
+3. rules (rules/): read the facts, and import each other downwards only;
+4. drivers: transform.py, api.py, report.py, verify.py, cli.py.
+
+What lives here: names of nodes (``dotted``, ``legacy_attr``), the TODO
+comments every rule writes (``TODO_PREFIX``, ``TodoComments``,
+``add_todos``), adding imports / definitions to a module, and small
+argument-list builders.
+"""
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+LEGACY_NN_MODULES = ('flax.nn', 'flax.deprecated.nn')
+TODO_PREFIX = '# TODO(flaxlegacy upgrade): '
+
+
+def dotted(node):
+  try:
+    return get_full_name_for_node(node)
+  except Exception:  # pylint: disable=broad-except
+    return None
+
+
+# what legacy ``flax.nn`` re-exported from ``flax.nn.base`` (``nn.base.X``
+# is ``nn.X``); ``base.Module`` is left to the class rules, which name it
+BASE_REEXPORTS = frozenset(('Model', 'Collection', 'capture_module_outputs',
+                            'module', 'stateful', 'get_state',
+                            'module_method'))
+
+
+def legacy_attr(node, prefixes):
+  """'Dense' for ``nn.Dense`` when ``nn`` is a legacy prefix, else None."""
+  name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
+  if not name:
+    return None
+  inner = node
+  while isinstance(inner, cst.Attribute):
+    inner = inner.value
+  if not isinstance(inner, cst.Name):
+    return None  # nn.Conv(...).sum: an attribute of a value, not of nn
+  for p in prefixes:
+    if name.startswith(p + '.'):
+      attr = name[len(p) + 1:]
+      head, _, rest = attr.partition('.')
+      if head == 'base' and rest in BASE_REEXPORTS:
+        return rest  # nn.base.Model is nn.Model
+      return attr
+  return None
+
+
+class TodoComments:
+  """``todo(node, why)`` for a libcst transformer: a line in the report and
+  a ``# TODO(flaxlegacy upgrade): why`` comment above the statement holding
+  ``node``.
+
+  One list of TODOs per open statement (``self._todos``, set up by the
+  class).  A TODO raised while leaving a statement belongs to it; a
+  statement replaced by several puts them on the first; one removed hands
+  them to the enclosing statement, so no TODO is lost.
+  """
+
+  def _line_of(self, node):
+    return self.ctx.line(node)
+
+  def todo(self, node, why):
+    if self._todos and why not in self._todos[-1]:
+      self._todos[-1].append(why)
+    self.ctx.report.left.append({'line': self._line_of(node), 'why': why})
+
+  def on_visit(self, node):
+    if isinstance(node, cst.BaseStatement):
+      self._todos.append([])
+    return super().on_visit(node)
+
+  def on_leave(self, original_node, updated_node):
+    updated = super().on_leave(original_node, updated_node)
+    if not isinstance(original_node, cst.BaseStatement):
+      return updated
+    todos = self._todos.pop()
+    if not todos:
+      return updated
+    if isinstance(updated, cst.BaseStatement):
+      return add_todos(updated, todos)
+    if isinstance(updated, cst.FlattenSentinel) and updated.nodes:
+      nodes = list(updated.nodes)
+      nodes[0] = add_todos(nodes[0], todos)
+      return cst.FlattenSentinel(nodes)
+    if self._todos:  # removed: the enclosing statement carries them
+      self._todos[-1].extend(t for t in todos if t not in self._todos[-1])
+    return updated
+
+
+def add_todos(stmt, todos):
+  lines = list(stmt.leading_lines)
+  existing = {l.comment.value for l in lines if l.comment is not None}
+  indent = True
+  for why in todos:
+    text = TODO_PREFIX + why.replace('\n', ' ')
+    if text not in existing:
+      lines.append(cst.EmptyLine(indent=indent, comment=cst.Comment(text)))
+  return stmt.with_changes(leading_lines=lines)
+
+
+def add_imports(module, needed):
+  """Adds ``import functools`` etc. after the last top-level import that
+  comes before any class or function definition (the new names are used
+  by the definitions)."""
+  have = set()
+  last = -1
+  defined = False
+  for i, stmt in enumerate(module.body):
+    defined = defined or isinstance(stmt, (cst.ClassDef, cst.FunctionDef))
+    if isinstance(stmt, cst.SimpleStatementLine):
+      for s in stmt.body:
+        if isinstance(s, cst.Import):
+          last = i if not defined else last
+          for a in s.names:
+            have.add(dotted(a.name))
+        elif isinstance(s, cst.ImportFrom):
+          last = i if not defined else last
+          if s.module is not None and not isinstance(s.names, cst.ImportStar):
+            for a in s.names:
+              have.add(f'{dotted(s.module)}.{dotted(a.name)}')
+  new = []
+  for name in sorted(needed):
+    if name in have:
+      continue
+    if name.startswith('import '):  # a module by its own dotted name
+      if name[len('import '):] not in have:
+        new.append(cst.parse_statement(name + '\n'))
+      continue
+    if '.' in name:
+      mod, _, attr = name.rpartition('.')
+      new.append(cst.parse_statement(f'from {mod} import {attr}\n'))
+    else:
+      new.append(cst.parse_statement(f'import {name}\n'))
+  if not new:
+    return module
+  body = list(module.body)
+  if last < 0:
+    # after a module docstring, if any
+    last = 0 if body and is_docstring(body[0]) else -1
+  body[last + 1:last + 1] = new
+  return module.with_changes(body=body)
+
+
+def _import_block_end(module):
+  """Index of the last top-level import before any definition, or -1."""
+  last = -1
+  for i, stmt in enumerate(module.body):
+    if isinstance(stmt, (cst.ClassDef, cst.FunctionDef)):
+      break
+    if isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, (cst.Import, cst.ImportFrom)) for s in stmt.body):
+      last = i
+  return last
+
+
+def add_defs(module, needed):
+  """Writes the functions ``needed`` (name -> source) that the file does
+  not define yet, after its imports."""
+  have = {s.name.value for s in module.body if isinstance(s, cst.FunctionDef)}
+  new = []
+  for name in sorted(needed):
+    if name in have:
+      continue
+    fn = cst.parse_statement(needed[name])
+    new.append(fn.with_changes(leading_lines=[cst.EmptyLine(indent=False)] * 2))
+  if not new:
+    return module
+  body = list(module.body)
+  at = _import_block_end(module)
+  if at < 0:
+    at = 0 if body and is_docstring(body[0]) else -1
+  body[at + 1:at + 1] = new
+  return module.with_changes(body=body)
+
+
+def is_docstring(stmt):
+  """Whether a statement is a docstring (a lone string expression)."""
+  return (isinstance(stmt, cst.SimpleStatementLine) and stmt.body
+          and isinstance(stmt.body[0], cst.Expr)
+          and isinstance(stmt.body[0].value, (cst.SimpleString,
+                                              cst.ConcatenatedString)))
+
+
+def expr(src):
+  """The expression node of ``src``."""
+  return cst.parse_expression(src)
+
+
+def arg(value, keyword=None):
+  """An argument ``value`` or ``keyword=value`` (no spaces around =)."""
+  if keyword is None:
+    return cst.Arg(value=value)
+  return cst.Arg(value=value, keyword=cst.Name(keyword),
+                 equal=cst.AssignEqual(
+                     whitespace_before=cst.SimpleWhitespace(''),
+                     whitespace_after=cst.SimpleWhitespace('')))
+
+
+def clean_args(args):
+  """Fixes trailing commas after args were moved around (commas that are
+  there keep their spacing; ``clean`` rewrites them all)."""
+  args = list(args)
+  out = []
+  for i, a in enumerate(args):
+    if i < len(args) - 1:
+      if a.comma is cst.MaybeSentinel.DEFAULT or a.comma is None:
+        a = a.with_changes(comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(' ')))
+    else:
+      a = a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    out.append(a)
+  return out
+
+
+def kw(a):
+  """An argument's keyword, or None."""
+  return a.keyword.value if a.keyword is not None else None
+
+
+def clean(args):
+  """Commas between args (or list / dict items), none after the last."""
+  args = list(args)
+  out = []
+  for i, a in enumerate(args):
+    if i < len(args) - 1:
+      a = a.with_changes(comma=cst.Comma(
+          whitespace_after=cst.SimpleWhitespace(' ')))
+    else:
+      a = a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    out.append(a)
+  return out
+
+
+def add_import_lines(module, statements, bound):
+  """Adds import statements (source lines) after the last top-level import,
+  skipping those whose local name the file already binds."""
+  new = []
+  for src in sorted(statements):
+    local = src.split()[-1] if ' as ' in src else src.split()[-1].split('.')[0]
+    if local in bound:
+      continue
+    new.append(cst.parse_statement(src + '\n'))
+  if not new:
+    return module
+  body = list(module.body)
+  last = -1
+  for i, stmt in enumerate(body):
+    if isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(x, (cst.Import, cst.ImportFrom)) for x in stmt.body):
+      last = i
+  if last < 0:
+    last = 0 if body and is_docstring(body[0]) else -1
+  body[last + 1:last + 1] = new
+  return module.with_changes(body=body)

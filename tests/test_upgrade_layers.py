@@ -1,0 +1,144 @@
+"""flaxlegacy/upgrade/ imports itself in layers, without circles.
+
+The graph counts every import of an upgrade module, at the top of a file
+and inside functions alike (a function-level import is still a dependency;
+it only hides a circle from the interpreter).  Read statically with ``ast``,
+so nothing is imported here.
+"""
+
+import ast
+import os
+
+import flaxlegacy
+
+PACKAGE = 'flaxlegacy.upgrade'
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(flaxlegacy.__file__)))
+UPGRADE = os.path.join(ROOT, 'flaxlegacy', 'upgrade')
+
+
+def _modules():
+  """Dotted module name -> path, for every .py file under upgrade/."""
+  mods = {}
+  for d, _, files in os.walk(UPGRADE):
+    for f in files:
+      if f.endswith('.py'):
+        path = os.path.join(d, f)
+        name = os.path.relpath(path, ROOT)[:-3].replace(os.sep, '.')
+        if name.endswith('.__init__'):
+          name = name[:-len('.__init__')]
+        mods[name] = path
+  return mods
+
+
+def _owner(name, mods):
+  """The upgrade module that ``name`` (a module, or a name in one) is in."""
+  while name and name not in mods:
+    name = name.rpartition('.')[0]
+  return name or None
+
+
+def import_graph(mods=None):
+  """{module: {(imported module, line)}} over top-level and function-level
+  imports; relative imports resolved against the importing module."""
+  mods = _modules() if mods is None else mods
+  graph = {}
+  for name, path in mods.items():
+    with open(path, encoding='utf-8') as f:
+      tree = ast.parse(f.read(), path)
+    is_pkg = path.endswith('__init__.py')
+    edges = set()
+    for node in ast.walk(tree):
+      targets = []
+      if isinstance(node, ast.Import):
+        targets = [a.name for a in node.names]
+      elif isinstance(node, ast.ImportFrom):
+        base = node.module or ''
+        if node.level:
+          parts = name.split('.')
+          if not is_pkg:
+            parts = parts[:-1]
+          parts = parts[:len(parts) - (node.level - 1)]
+          base = '.'.join(parts + ([base] if base else []))
+        # ``from pkg import mod`` imports pkg.mod; ``from mod import x``
+        # imports mod
+        targets = [f'{base}.{a.name}' if f'{base}.{a.name}' in mods
+                   else base for a in node.names]
+      for t in targets:
+        owner = _owner(t, mods)
+        if owner is not None and owner != name:
+          edges.add((owner, node.lineno))
+    graph[name] = edges
+  return graph
+
+
+def find_cycle(graph):
+  """One import circle as a list of modules (first == last), or None."""
+  state = {}  # module -> 1 while on the stack, 2 when done
+  stack = []
+
+  def visit(v):
+    state[v] = 1
+    stack.append(v)
+    for w, _ in sorted(graph.get(v, ())):
+      if state.get(w) == 1:
+        return stack[stack.index(w):] + [w]
+      if w not in state:
+        found = visit(w)
+        if found:
+          return found
+    stack.pop()
+    state[v] = 2
+    return None
+
+  for v in sorted(graph):
+    if v not in state:
+      found = visit(v)
+      if found:
+        return found
+  return None
+
+
+def _describe(cycle, graph):
+  lines = []
+  for a, b in zip(cycle, cycle[1:]):
+    at = sorted(l for t, l in graph[a] if t == b)
+    lines.append(f'  {a} -> {b} (line {", ".join(map(str, at))})')
+  return '\n'.join(lines)
+
+
+def test_graph_sees_function_level_imports(tmp_path):
+  # the checker itself: a circle closed only by an import inside a
+  # function is found
+  pkg = tmp_path / 'p'
+  pkg.mkdir()
+  (pkg / '__init__.py').write_text('')
+  (pkg / 'a.py').write_text('from p import b\n')
+  (pkg / 'b.py').write_text('def f():\n  from p import a\n  return a\n')
+  (pkg / 'c.py').write_text('from p.a import thing\n')
+  mods = {'p': str(pkg / '__init__.py'), 'p.a': str(pkg / 'a.py'),
+          'p.b': str(pkg / 'b.py'), 'p.c': str(pkg / 'c.py')}
+  graph = import_graph(mods)
+  assert {t for t, _ in graph['p.b']} == {'p.a'}
+  assert {t for t, _ in graph['p.c']} == {'p.a'}
+  assert find_cycle(graph) == ['p.a', 'p.b', 'p.a']
+  del graph['p.b']
+  assert find_cycle(graph) is None
+
+
+def test_upgrade_imports_have_no_cycle():
+  mods = _modules()
+  assert f'{PACKAGE}.facts' in mods and f'{PACKAGE}.rules.modules' in mods
+  graph = import_graph(mods)
+  assert sum(len(e) for e in graph.values()) > 100  # the graph was read
+  cycle = find_cycle(graph)
+  assert cycle is None, ('import circle inside flaxlegacy/upgrade:\n'
+                         + _describe(cycle, graph))
+
+
+def test_facts_import_no_rules():
+  graph = import_graph()
+  for name in ('facts', 'flow'):
+    rules = sorted(f'{t} (line {l})' for t, l in graph[f'{PACKAGE}.{name}']
+                   if t == f'{PACKAGE}.rules'
+                   or t.startswith(f'{PACKAGE}.rules.'))
+    assert not rules, f'{name}.py imports rule modules: {rules}'
