@@ -5,10 +5,7 @@ import types
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
-# ``apply`` spells LazyPositions ``transform.LazyPositions``, its home before
-# the layering (cst_util.py): positions.py under that name, until apply is
-# next edited
-from flaxlegacy.upgrade import positions as transform
+from flaxlegacy.upgrade import positions as positions_lib
 from flaxlegacy.upgrade import walk
 
 TODO_PREFIX = cst_util.TODO_PREFIX
@@ -130,7 +127,7 @@ def apply(rule, module):
   prepare = getattr(rule, 'prepare', None)
   if prepare is not None and not prepare(module):
     return module  # its facts say the walk would change nothing
-  rule.positions = transform.LazyPositions(module)
+  rule.positions = positions_lib.LazyPositions(module)
   new = rule.walk(module)
   return new if rule.changed else module
 
