@@ -1,6 +1,8 @@
 """Codebase-level driver: files in, rewritten files + report out."""
 
+import contextlib
 import difflib
+import gc
 import multiprocessing
 import os
 import re
@@ -167,6 +169,21 @@ def _parse(sf):
     sf.report.error = sf.error
 
 
+@contextlib.contextmanager
+def _fewer_collections():
+  """Python's cyclic garbage collector, seldom (speed).  The upgrade builds
+  many small objects that live long (libcst trees, facts) and little cyclic
+  garbage: the default thresholds walk every live tree again and again
+  (about a tenth of the CPU of an upgrade); peak memory is the same
+  (benchmarks/upgrade_speed.py, docs/benchmarks.md)."""
+  old = gc.get_threshold()
+  gc.set_threshold(50000, 20, 100)
+  try:
+    yield
+  finally:
+    gc.set_threshold(*old)
+
+
 def upgrade_source(code, path='<source>', names='legacy'):
   """Rewrites one source string; returns (new code, FileReport).
 
@@ -178,12 +195,13 @@ def upgrade_source(code, path='<source>', names='legacy'):
   _check_names(names)
   sf = SourceFile('', path, path)
   sf.code = code
-  _parse(sf)
-  if sf.error:
-    raise SyntaxError(sf.error)
-  codebase = _analyse([sf], names)
-  new = transform.upgrade_module(path, sf.module, codebase, sf.report,
-                                 sf.statement_texts, sf.code)
+  with _fewer_collections():
+    _parse(sf)
+    if sf.error:
+      raise SyntaxError(sf.error)
+    codebase = _analyse([sf], names)
+    new = transform.upgrade_module(path, sf.module, codebase, sf.report,
+                                   sf.statement_texts, sf.code)
   return new, sf.report
 
 
@@ -283,42 +301,43 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
           s.rstrip(os.sep) + os.sep) and os.path.isdir(s):
         raise ValueError(f'flaxlegacy upgrade: --out {out} lies inside SRC '
                          f'{src}; choose a directory outside it')
-  markers = _legacy_markers()
-  for sf in files:
-    with open(sf.path, encoding='utf-8') as fh:
-      sf.code = fh.read()
-    if sf.code.startswith(shipping.HEADER):
-      sf.new_code = sf.code  # a helper copy an earlier upgrade wrote
-    elif _may_need_rewrite(sf.code, markers):
-      _parse(sf)
-  _parse_importers(files)
-  for sf in files:
-    if sf.module is None and sf.error is None and sf.new_code is None:
-      # nothing any rule looks for; still name a syntax error
-      try:
-        compile(sf.code, sf.path, 'exec', dont_inherit=True)
-        sf.new_code = sf.code
-      except SyntaxError as e:
-        sf.error = f'{sf.path}:{e.lineno}:{e.offset}: syntax error: {e.msg}'
-        sf.report.error = sf.error
-  observed = None
-  if observe:
-    from flaxlegacy.upgrade import observe as observe_lib  # pylint: disable=g-import-not-at-top
-    roots = [(src if os.path.isdir(src) else os.path.dirname(
-        os.path.abspath(src)), under.get(src, '') if os.path.isdir(src)
-              else '') for src in srcs]
-    observed = observe_lib.run(observe, roots)
-  codebase = _analyse(files, names, observed, _gin_configs(others))
-  _transform_all(files, codebase)
-  # the keys TODO where only the codebase says it is early linen
-  from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top
-  early_linen.keys_across_files(files, codebase)
-  # the flaxlegacy helpers the tree uses, copied into it
-  shipped = shipping.ship(files)
-  added = [s for s in shipped if s.source_file is None]
-  changed = [sf for sf in files if sf.new_code is not None
-             and sf.new_code != sf.code]
-  report = report_lib.build(files, codebase, shipped)
+  with _fewer_collections():
+    markers = _legacy_markers()
+    for sf in files:
+      with open(sf.path, encoding='utf-8') as fh:
+        sf.code = fh.read()
+      if sf.code.startswith(shipping.HEADER):
+        sf.new_code = sf.code  # a helper copy an earlier upgrade wrote
+      elif _may_need_rewrite(sf.code, markers):
+        _parse(sf)
+    _parse_importers(files)
+    for sf in files:
+      if sf.module is None and sf.error is None and sf.new_code is None:
+        # nothing any rule looks for; still name a syntax error
+        try:
+          compile(sf.code, sf.path, 'exec', dont_inherit=True)
+          sf.new_code = sf.code
+        except SyntaxError as e:
+          sf.error = f'{sf.path}:{e.lineno}:{e.offset}: syntax error: {e.msg}'
+          sf.report.error = sf.error
+    observed = None
+    if observe:
+      from flaxlegacy.upgrade import observe as observe_lib  # pylint: disable=g-import-not-at-top
+      roots = [(src if os.path.isdir(src) else os.path.dirname(
+          os.path.abspath(src)), under.get(src, '') if os.path.isdir(src)
+                else '') for src in srcs]
+      observed = observe_lib.run(observe, roots)
+    codebase = _analyse(files, names, observed, _gin_configs(others))
+    _transform_all(files, codebase)
+    # the keys TODO where only the codebase says it is early linen
+    from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top
+    early_linen.keys_across_files(files, codebase)
+    # the flaxlegacy helpers the tree uses, copied into it
+    shipped = shipping.ship(files)
+    added = [s for s in shipped if s.source_file is None]
+    changed = [sf for sf in files if sf.new_code is not None
+               and sf.new_code != sf.code]
+    report = report_lib.build(files, codebase, shipped)
   status = 0
   if diff:
     for sf in changed:
