@@ -248,3 +248,15 @@ def test_transformer_attribute_hooks_are_refused():
 
       def leave_Call_args(self, node):
         pass
+
+
+def test_code_and_statements_is_libcsts_code_and_statement_texts():
+  from flaxlegacy.upgrade import cst_util  # pylint: disable=g-import-not-at-top
+  odd = ['', '\n', '# only a comment', '# c\n\nx = 1', 'x = 1\n\n# tail\n',
+         'def f():\n  pass\n  # inside\n# after\n', 'x = 1\r\ny = 2\r\n',
+         '\ufeffx = 1\n', 'if a:\n    b\nelse:\n    c  # t']
+  for src in _sources() + odd:
+    module = cst.parse_module(src)
+    code, texts = cst_util.code_and_statements(module)
+    assert code == module.code and code == src.lstrip('\ufeff')
+    assert texts == [module.code_for_node(s) for s in module.body]

@@ -263,3 +263,28 @@ def add_import_lines(module, statements, bound):
     last = 0 if body and is_docstring(body[0]) else -1
   body[last + 1:last + 1] = new
   return module.with_changes(body=body)
+
+
+def code_and_statements(module):
+  """``(module.code, [module.code_for_node(s) for s in module.body])`` in
+  one code generation instead of two: each top-level statement's text is
+  its slice of the module's tokens (tests/test_upgrade_walk.py checks it
+  against libcst's own)."""
+  from libcst._nodes.internal import CodegenState  # pylint: disable=g-import-not-at-top,protected-access
+  state = CodegenState(default_indent=module.default_indent,
+                       default_newline=module.default_newline)
+  for line in module.header:
+    line._codegen(state)  # pylint: disable=protected-access
+  texts = []
+  for stmt in module.body:
+    start = len(state.tokens)
+    stmt._codegen(state)  # pylint: disable=protected-access
+    texts.append(''.join(state.tokens[start:]))
+  for line in module.footer:
+    line._codegen(state)  # pylint: disable=protected-access
+  if module.has_trailing_newline:
+    if not state.tokens:
+      state.add_token(state.default_newline)
+  else:
+    state.pop_trailing_newline()
+  return ''.join(state.tokens), texts

@@ -10,6 +10,7 @@ import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade.cst_util import add_defs  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.cst_util import add_imports  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.positions import LazyPositions
@@ -114,8 +115,9 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
                           f'{str(e).splitlines()[0] if str(e) else ""}); '
                           'program code left as it was'})
       new_module = module
-    if not new_module.deep_equals(module):
-      module, statement_texts, code = new_module, None, None
+    if new_module is not module and not new_module.deep_equals(module):
+      module = new_module
+      code, statement_texts = cst_util.code_and_statements(module)
   from flaxlegacy.upgrade.rules import array_keys  # pylint: disable=g-import-not-at-top
   new_module = array_keys.run(file_facts, report, module, code)
   if new_module is not module:
@@ -127,7 +129,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
   upgrader = Upgrader(ctx)
   if statement_texts is None:
-    statement_texts = [module.code_for_node(s) for s in module.body]
+    code, statement_texts = cst_util.code_and_statements(module)
   from flaxlegacy.upgrade.rules.early_linen import removed_modules  # pylint: disable=g-import-not-at-top
   if any(m.rsplit('.', 1)[-1] in t for t in statement_texts
          for m in removed_modules.STAND_INS):
