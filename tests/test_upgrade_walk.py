@@ -46,17 +46,21 @@ assert a, "m"
 '''
 
 
-def _events(module, base):
+def _events(module, base, tokens=False):
+  """The visits and leaves of a walk; tokens (whitespace, operators ...)
+  only with ``tokens``: FastVisitor steps over them."""
   out = []
 
   class Recorder(base):
 
     def on_visit(self, node):
-      out.append(('visit', id(node)))
+      if type(node) not in walk.TOKENS or tokens:
+        out.append(('visit', id(node)))
       return super().on_visit(node)
 
     def on_leave(self, original_node):
-      out.append(('leave', id(original_node)))
+      if type(original_node) not in walk.TOKENS or tokens:
+        out.append(('leave', id(original_node)))
       super().on_leave(original_node)
 
   module.visit(Recorder())
@@ -81,7 +85,53 @@ def test_same_calls_in_the_same_order_as_libcst():
     module = cst.parse_module(src)
     fast = _events(module, walk.FastVisitor)
     assert fast == _events(module, cst.CSTVisitor)
-    assert len(fast) > 10
+    assert len(fast) > 2
+
+
+def test_a_walk_with_a_token_hook_walks_every_token_as_libcst():
+  module = cst.parse_module(ODD + '# tail\nx = (a  # c\n     + b)\n')
+  seen = {}
+  for base in (walk.FastVisitor, cst.CSTVisitor):
+    comments = seen[base] = []
+
+    class V(base):  # pylint: disable=cell-var-from-loop
+
+      def visit_Comment(self, node):
+        comments.append(node.value)  # pylint: disable=cell-var-from-loop
+
+    module.visit(V())
+  assert seen[walk.FastVisitor] == seen[cst.CSTVisitor]
+  assert '# c' in seen[cst.CSTVisitor] and '# tail' in seen[cst.CSTVisitor]
+  tokens = []  # a token hook: every node, tokens too, as libcst
+
+  class WithHook(walk.FastVisitor):
+
+    def on_visit(self, node):
+      tokens.append(id(node))
+      return super().on_visit(node)
+
+    def leave_Comma(self, original_node):
+      pass
+
+  module.visit(WithHook())
+  assert tokens == [e[1] for e in _events(module, cst.CSTVisitor, True)
+                    if e[0] == 'visit']
+
+
+def test_transformer_with_a_token_hook_rewrites_tokens_as_libcst():
+  module = cst.parse_module('f(a,b)\nx = [1,2]\n')
+
+  class Spaces(walk.FastTransformer):
+
+    def leave_Comma(self, original_node, updated_node):
+      return updated_node.with_changes(
+          whitespace_after=cst.SimpleWhitespace(' '))
+
+  class SlowSpaces(cst.CSTTransformer):
+    leave_Comma = Spaces.leave_Comma
+
+  new = walk.transform(module, Spaces())
+  assert new.code == module.visit(SlowSpaces()).code == 'f(a, b)\nx = [1, 2]\n'
 
 
 def test_visit_returning_false_skips_children_and_leave_still_runs():
@@ -141,11 +191,13 @@ def _recording(base, out):
   class T(base):
 
     def on_visit(self, node):
-      out.append(('visit', id(node)))
+      if type(node) not in walk.TOKENS:
+        out.append(('visit', id(node)))
       return super().on_visit(node)
 
     def on_leave(self, original_node, updated_node):
-      out.append(('leave', id(original_node), updated_node.__class__))
+      if type(original_node) not in walk.TOKENS:
+        out.append(('leave', id(original_node), updated_node.__class__))
       return super().on_leave(original_node, updated_node)
 
     def visit_Lambda(self, node):

@@ -93,15 +93,20 @@ class FastVisitor(cst.CSTVisitor):
     if type(node) in _LIBCST_WALKS:
       return True
     on_visit, on_leave = self.on_visit, self.on_leave
+    skip = _skipped(type(self), cst.CSTVisitor)
     for field in fields:
       value = getattr(node, field)
       kind = _KINDS.get(type(value)) or _kind(type(value))
       if kind == _NODE:
+        if type(value) in skip:
+          continue
         if on_visit(value):  # (as CSTNode.visit does)
           value._visit_and_replace_children(self)  # pylint: disable=protected-access
         on_leave(value)
       elif kind == _SEQUENCE:
         for child in value:
+          if type(child) in skip:
+            continue
           if on_visit(child):
             child._visit_and_replace_children(self)  # pylint: disable=protected-access
           on_leave(child)
@@ -115,6 +120,39 @@ class FastVisitor(cst.CSTVisitor):
           original_node).__name__, cst.CSTVisitor)
     if hook is not None:
       hook(self, original_node)
+
+
+def _token_classes():
+  """libcst's whitespace, comment, operator and bracket nodes: leaves of
+  the tree as the rules see it (none holds a node of another kind)."""
+  from libcst._nodes import op, whitespace  # pylint: disable=g-import-not-at-top,protected-access
+  out = set()
+  for mod in (whitespace, op):
+    for name in dir(mod):
+      c = getattr(mod, name)
+      if (isinstance(c, type) and issubclass(c, cst.CSTNode)
+          and c.__module__ == mod.__name__):
+        out.add(c)
+  out.update((cst.LeftParen, cst.RightParen, cst.LeftSquareBracket,
+              cst.RightSquareBracket, cst.LeftCurlyBrace, cst.RightCurlyBrace))
+  return frozenset(out)
+
+
+TOKENS = _token_classes()
+_SKIPPED = {}  # visitor / transformer class -> TOKENS, or () if it has hooks
+
+
+def _skipped(cls, base):
+  """The node classes a walk of ``cls`` steps over: the tokens (``TOKENS``)
+  where it has no ``visit_`` / ``leave_`` hook for any of them.  Its
+  ``on_visit`` / ``on_leave`` are not called for what it steps over (every
+  override in the upgrade looks at statements and expressions only)."""
+  out = _SKIPPED.get(cls)
+  if out is None:
+    hooks = any(_own_hook(cls, f'{p}_{t.__name__}', base)
+                for t in TOKENS for p in ('visit', 'leave'))
+    out = _SKIPPED[cls] = () if hooks else TOKENS
+  return out
 
 
 def _own_hook(cls, name, base=cst.CSTTransformer):
@@ -292,11 +330,17 @@ class FastTransformer(cst.CSTTransformer):
   def _children(self, node, fields):
     changes = None
     walk = self.walk
+    skip = _skipped(type(self), cst.CSTTransformer)
     for field, kind in fields:
       value = getattr(node, field)
+      if type(value) in skip:
+        continue
       if kind == _SEQ or kind == _BODY:
         out, changed = [], False
         for child in value:
+          if type(child) in skip:
+            out.append(child)
+            continue
           new = walk(child)
           if new is child:
             out.append(child)
