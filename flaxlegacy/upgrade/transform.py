@@ -99,6 +99,25 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   statement.
   """
   file_facts = codebase.files[path]
+  if statement_texts is None:
+    code, statement_texts = cst_util.code_and_statements(module)
+  # the text of each statement object seen so far: a pass that changes a
+  # file keeps the statements it does not change (walk.FastTransformer),
+  # whose text is then known (``originals`` keeps them alive, so their ids
+  # stay theirs)
+  originals = [module]
+  known = dict(zip(map(id, module.body), statement_texts))
+
+  def texts_of(m):
+    originals.append(m)
+    out = []
+    for s in m.body:
+      t = known.get(id(s))
+      if t is None:
+        t = known[id(s)] = m.code_for_node(s)
+      out.append(t)
+    return out
+
   # Program-level rules first (rules/programs.py), on the legacy
   # source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
@@ -116,20 +135,23 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
                           'program code left as it was'})
       new_module = module
     if new_module is not module and not new_module.deep_equals(module):
-      module = new_module
-      code, statement_texts = cst_util.code_and_statements(module)
+      module, code = new_module, None
+      statement_texts = texts_of(module)
+  # (the two passes below search the text; ``code`` is only ever the exact
+  # source of ``module``)
   from flaxlegacy.upgrade.rules import array_keys  # pylint: disable=g-import-not-at-top
-  new_module = array_keys.run(file_facts, report, module, code)
+  new_module = array_keys.run(file_facts, report, module,
+                              ''.join(statement_texts))
   if new_module is not module:
-    module, statement_texts, code = new_module, None, None
+    module, code = new_module, None
+    statement_texts = texts_of(module)
   from flaxlegacy.upgrade.rules import value_initializers  # pylint: disable=g-import-not-at-top
-  new_module = value_initializers.run(report, module, code)
+  new_module = value_initializers.run(report, module, ''.join(statement_texts))
   if new_module is not module:
-    module, statement_texts, code = new_module, None, None
+    module, code = new_module, None
+    statement_texts = texts_of(module)
   ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
   upgrader = Upgrader(ctx)
-  if statement_texts is None:
-    code, statement_texts = cst_util.code_and_statements(module)
   from flaxlegacy.upgrade.rules.early_linen import removed_modules  # pylint: disable=g-import-not-at-top
   if any(m.rsplit('.', 1)[-1] in t for t in statement_texts
          for m in removed_modules.STAND_INS):
