@@ -160,6 +160,21 @@ def test_flaxlegacy_run_script(venv, work):
   assert 'split0 ' + LEGACY_SPLIT0 in proc.stdout
 
 
+def test_upgrade_from_the_wheel_and_the_result_runs_without_the_layer(
+    venv, work):
+  # every upgrade module (collectors/, rules/, rules/early_linen/) is in the
+  # wheel: an editable install would hide a package left out of it
+  _ok(venv.run(['flaxlegacy', 'upgrade', 'legacy.py', '--out', 'ported'],
+               cwd=work))
+  ported = (work / 'ported' / 'legacy.py').read_text()
+  assert 'from flax import nn, optim' not in ported
+  assert 'nn.compact' in ported and 'optax' in ported, ported
+  assert (work / 'ported' / 'upgrade.json').is_file()
+  proc = _ok(venv.run(['python', 'legacy.py'], cwd=work / 'ported',
+                      FLAXLEGACY='off'))
+  assert LEGACY_OUTPUT in proc.stdout, proc.stdout
+
+
 # --- the default: activation by the first legacy import ----------------------
 
 
