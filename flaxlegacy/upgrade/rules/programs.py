@@ -75,8 +75,6 @@ a fixed order, the order of the tables ``CALL_RULES`` (calls),
 None means "leave the statement") when the node is not its form, and the
 next one is tried.  Mixins rather than delegation: the cases read and
 update one rewriter's state (scope, stacks, imports, report) as the single
-
-
 class did, and the helper modules (rules/lifecycle_runtime.py,
 rules/attention_cache.py, rules/optimizer_defs.py) keep taking the
 rewriter itself.

@@ -3,8 +3,6 @@
 ``Scope`` is one function's bindings (kinds, apply functions, optimizer
 definitions, ...), chained to the enclosing one.  ``ScopeRules`` is the
 mixin of ``programs.ProgramRewriter`` holding the hooks that track them:
-
-
 class and function definitions (a function's parameters, by what the
 codebase passes them and by the legacy examples' names; the classes the
 pass enters: not legacy module bodies, a user ``OptimizerDef`` only where
