@@ -1,0 +1,68 @@
+"""Types in the program pass: ``nn.Model`` in a type annotation or a
+typing subscript (``Callable[[nn.Model], Any]``) -> ``Any`` (a model is
+its parameters now, or a legacy Model kept with a TODO: no single class);
+``optim.Optimizer`` -> ``train_state.TrainState``, ``optim.DynamicScale``
+-> ``dynamic_scale_lib.DynamicScale`` (table ``LEGACY_TYPES``: the legacy
+containers flax.struct dataclasses name as field types);
+``nn.Collection`` -> ``dict``.
+
+A mixin of ``programs.ProgramRewriter``: the hooks count how deep the walk
+is inside a type (``self._in_type``)."""
+
+import libcst as cst
+
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade.rules.program import shared
+from flaxlegacy.upgrade.rules.program.shared import TYPING_GENERICS  # pylint: disable=g-importing-member
+
+_e = shared.expr_node
+
+# legacy flax.optim class -> (import line, what it becomes)
+LEGACY_TYPES = {
+    'Optimizer': ('from flax.training import train_state',
+                  'train_state.TrainState'),
+    'DynamicScale': ('from flax.training import dynamic_scale as '
+                     'dynamic_scale_lib', 'dynamic_scale_lib.DynamicScale'),
+}
+
+
+class AnnotationRules:
+  """Type annotations and typing subscripts."""
+
+  def visit_Annotation(self, node):
+    self._in_type += 1
+
+  def leave_Annotation(self, original_node, updated_node):
+    self._in_type -= 1
+    return updated_node
+
+  def visit_Subscript(self, node):
+    # Callable[[nn.Model, ...], ...] in a type alias: a type, not a value
+    name = cst_util.dotted(node.value) if isinstance(
+        node.value, (cst.Name, cst.Attribute)) else None
+    if name and name.split('.')[-1] in TYPING_GENERICS:
+      self._in_type += 1
+      self._type_subscripts.add(id(node))
+
+  def leave_Subscript(self, original_node, updated_node):
+    if id(original_node) in self._type_subscripts:
+      self._in_type -= 1
+    return updated_node
+
+  def _type_attribute(self, original_node):
+    """What the legacy type ``original_node`` (an Attribute) becomes, or
+    None."""
+    if self._in_type and self.is_nn(original_node, 'Model'):
+      # a type: what the model is now (its parameters, or a legacy Model
+      # kept with a TODO where it is made) has no single class
+      self.imports.add('from typing import Any')
+      self.note(original_node, 'nn.Model in a type -> Any')
+      return cst.Name('Any')
+    # type annotations of legacy containers (flax.struct TrainStates)
+    legacy_type = LEGACY_TYPES.get(self.is_optim(original_node))
+    if legacy_type is not None:
+      self.imports.add(legacy_type[0])
+      return _e(legacy_type[1])
+    if self.is_nn(original_node, 'Collection'):
+      return cst.Name('dict')  # {'batch_stats': ...} variables
+    return None

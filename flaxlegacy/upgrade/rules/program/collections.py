@@ -1,0 +1,148 @@
+"""Collections of the program pass: ``nn.stateful`` / ``nn.stochastic``
+blocks and ``nn.Collection`` values.
+
+``with nn.stateful(s) as t:`` around model calls -> ``apply`` with ``{**s}``
+variables and ``mutable=['batch_stats']``, the new state assigned to ``t``
+(``nn.stateful(s, mutable=False)``: nothing mutable; ``nn.stateful() as
+t`` around an init: ``t`` = the init's non-parameter collections); a
+legacy attention cache block (``X.mutate() as N``, rules/attention_cache.py)
+the same way for the ``'cache'`` collection; ``with nn.stochastic(rng):``
+-> ``rngs={'dropout': rng}`` on the model calls, the block kept as
+``legacy_rng.stochastic`` for ``nn.make_rng()`` in program code;
+``state.as_dict()`` of a collection -> the dict.
+
+A mixin of ``programs.ProgramRewriter``: the ``with`` hooks keep the stacks
+``self._stateful`` (``[state source or None, target, mutable, used,
+collection, runtime]``) and ``self._stochastic`` that the model calls
+(models.py) and inits (lifecycle.py) read."""
+
+import libcst as cst
+
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade.rules import attention_cache
+from flaxlegacy.upgrade.rules import lifecycle_runtime
+from flaxlegacy.upgrade.rules.program import shared
+
+_e = shared.expr_node
+_s = shared.stmt_node
+
+
+class CollectionRules:
+  """``nn.stateful`` / ``nn.stochastic`` blocks, ``nn.Collection`` values."""
+
+  def visit_With(self, node):
+    for item in node.items:
+      call = item.item
+      if isinstance(call, cst.Call) and self.is_nn(call.func, 'stateful'):
+        state = (self.ctx.code_of(call.args[0].value)
+                 if call.args and call.args[0].keyword is None else None)
+        mutable = True
+        for a in call.args:
+          if a.keyword is not None and a.keyword.value == 'mutable':
+            mutable = self.ctx.code_of(a.value) != 'False'
+        target = (self.ctx.code_of(item.asname.name) if item.asname else None)
+        self._stateful.append([state, target, mutable, False,
+                               'batch_stats', False])
+      cache = attention_cache.mutate_block(self, item)
+      if cache is not None:
+        # a legacy attention cache block: its model call or init threads
+        # the 'cache' collection (rules/attention_cache.py)
+        state = (self.ctx.code_of(cache[1]) if cache[1] is not None
+                 else None)
+        self._stateful.append([state, item.asname.name.value, True, False,
+                               attention_cache.COLLECTION, False])
+      if isinstance(call, cst.Call) and self.is_nn(call.func, 'stochastic'):
+        self._stochastic.append(self.ctx.code_of(call.args[0].value))
+    return True
+
+  def leave_With(self, original_node, updated_node):
+    handled, items = [], []
+    for item, new_item in zip(original_node.items, updated_node.items):
+      call = item.item
+      if isinstance(call, cst.Call) and self.is_nn(call.func, 'stateful'):
+        handled.append(self._stateful.pop())
+      elif attention_cache.mutate_block(self, item) is not None:
+        handled.append(self._stateful.pop())
+      elif isinstance(call, cst.Call) and self.is_nn(call.func, 'stochastic'):
+        self._stochastic.pop()
+        # Kept as a plain-JAX block, for the keys program code draws with
+        # nn.make_rng() (flaxlegacy.migrate.upgraded).
+        self.imports.add('from flaxlegacy.migrate import upgraded as '
+                         'legacy_rng')
+        items.append(new_item.with_changes(item=new_item.item.with_changes(
+            func=_e('legacy_rng.stochastic'))))
+      else:
+        items.append(new_item)
+    if not handled:
+      return updated_node.with_changes(items=cst_util.clean(items))
+    if not all(h[3] for h in handled):
+      runtime = lifecycle_runtime.runtime_block(
+          self, original_node, updated_node, handled, items,
+          lambda item: isinstance(item.item, cst.Call) and self.is_nn(
+              item.item.func, 'stateful'), cst_util.clean)
+      if runtime is not None:
+        return runtime
+      what = ('legacy attention cache block' if any(
+          h[4] == attention_cache.COLLECTION for h in handled)
+              else 'nn.stateful block')
+      self.todo(original_node, f'{what}: no model call or init '
+                'inside that the upgrade could thread the state through')
+      return updated_node
+    self.note(original_node, 'nn.stateful -> apply arguments')
+    if items:
+      return updated_node.with_changes(items=cst_util.clean(items))
+    body = list(updated_node.body.body)
+    if body:
+      body[0] = body[0].with_changes(leading_lines=list(
+          updated_node.leading_lines) + list(body[0].leading_lines))
+    return cst.FlattenSentinel(body)
+
+  def _stateful_assign(self, orig, stmt, line):
+    ov = orig.value
+    if not isinstance(ov, cst.Call) or id(ov) in self._rewritten_calls:
+      return None  # not a call, or leave_Call rewrote it already
+    r = self._model_call(ov, stmt.value)
+    if r is None:
+      return None
+    apply, variables, args, extra, mutable, st = r
+    if self._stochastic:
+      self._mark_stochastic()
+    src = f'{apply}({variables}, {args}{extra})'
+    t = self.ctx.code_of(stmt.targets[0].target)
+    if mutable:
+      st[3] = True
+      self.note(line, 'model call in nn.stateful -> apply, mutable')
+      return [_s(f'{t}, {st[1]} = {src}\n')]
+    if st is not None:
+      st[3] = True
+    self.note(line, 'model call -> apply')
+    return [_s(f'{t} = {src}\n')]
+
+  def _mark_stochastic(self):
+    pass
+
+  def _call_cache_init(self, original_node, updated_node):
+    """The init of a legacy attention cache (rules/attention_cache.py)."""
+    return attention_cache.initialize_cache(self, original_node, updated_node)
+
+  def _call_legacy_rng(self, original_node, updated_node):
+    """``nn.make_rng()`` / ``nn.is_stochastic()`` in program code."""
+    f = original_node.func
+    if not original_node.args and (self.is_nn(f, 'make_rng')
+                                   or self.is_nn(f, 'is_stochastic')):
+      self.imports.add('from flaxlegacy.migrate import upgraded as '
+                       'legacy_rng')
+      self.note(original_node, f'nn.{f.attr.value}() in program code -> '
+                'legacy_rng')
+      return _e(f'legacy_rng.{f.attr.value}()')
+    return None
+
+  def _call_as_dict(self, original_node, updated_node):
+    """``state.as_dict()`` of a legacy ``nn.Collection``."""
+    f = original_node.func
+    # state.as_dict() of a legacy nn.Collection: the state is a dict now
+    if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
+        and not original_node.args and self._holds_collection(f.value)):
+      self.note(original_node, 'nn.Collection.as_dict() -> the dict')
+      return updated_node.func.value
+    return None

@@ -1,0 +1,333 @@
+"""Models of the program pass: ``nn.Model`` values.
+
+``nn.Model(M, params)`` -> ``params`` (or ``legacy_model.Model(M, params)``
+where the model must carry its module: objects.model_carried);
+``model.params`` -> ``model``; a call ``model(x)`` ->
+``state.apply_fn({'params': model}, x)`` where the model comes from a
+TrainState in scope, else ``M().apply({'params': model}, x)`` with the one
+module class the codebase builds models of (``@nn.module_method`` calls
+with ``method=``; inside ``nn.stateful`` / ``nn.stochastic`` blocks with
+their variables, ``mutable`` and ``rngs``); ``nn.Model(M, params)(x)`` ->
+``M().apply``; ``isinstance(x, nn.Model)`` -> ``dict``.
+
+A mixin of ``programs.ProgramRewriter``."""
+
+import os
+import re
+
+import libcst as cst
+
+from flaxlegacy.upgrade.collectors import aliases as alias_facts
+from flaxlegacy.upgrade.collectors import programs as program_facts
+from flaxlegacy.upgrade.rules import objects
+from flaxlegacy.upgrade.rules.program import shared
+from flaxlegacy.upgrade.rules.program.shared import MODEL  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.rules.program.shared import MODEL_HELPER_IMPORT  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.rules.program.shared import OPT  # pylint: disable=g-importing-member
+
+_e = shared.expr_node
+
+
+class ModelRules:
+  """``nn.Model`` values, their calls and attributes."""
+
+  def apply_fn_for(self, model_name):
+    """Source of the apply function for a model variable, or None."""
+    src = self.scope.lookup('apply_of', model_name)
+    if src:
+      return src
+    opt = self.scope.lookup('state_of', model_name)
+    if opt:
+      return f'{opt}.apply_fn'
+    cls = objects.model_apply_class(self.codebase, self.f.path, self._qual(),
+                                    cst.Name(model_name))
+    if cls is not None:
+      # every model it holds is of this class (flow.py)
+      return f'{cls}().apply'
+    cls = self._model_class_expr()
+    if cls is not None:
+      # the one module class models are built of, bound in this file
+      return f'{cls}().apply'
+    return None
+
+  def _model_class_expr(self):
+    """How this file names the model class (``M``, ``models.M``), or None."""
+    cls = self.model_class
+    if not cls:
+      return None
+    if cls in self.f.modules or cls in self.f.imports:
+      return cls
+    info = self.codebase.modules.get(cls)
+    if info is None:
+      return None
+    stem = os.path.splitext(info.file)[0].replace(os.sep, '.')
+    for local, full in sorted(self.f.imports.items()):
+      if full and (stem == full or stem.endswith('.' + full)) and (
+          '.' not in local):
+        return f'{local}.{cls}'
+    return None
+
+  def _module_method(self, name):
+    """True if ``name`` is an ``@nn.module_method`` of the model class."""
+    infos = ([self.codebase.modules.get(self.model_class)] if self.model_class
+             else list(self.codebase.modules.values()))
+    return any(i is not None and getattr(i.methods.get(name), 'module_method',
+                                         False) for i in infos)
+
+  def _model_call(self, call, updated=None):
+    """``apply`` source for a model call (a Call node), or None."""
+    f = call.func
+    method = None
+    if isinstance(f, cst.Attribute) and self._module_method(f.attr.value) and (
+        (isinstance(f.value, cst.Name) and self.kind_of(f.value) == MODEL)
+        or (isinstance(f.value, cst.Attribute)
+            and f.value.attr.value == 'target'
+            and self.kind_of(f.value.value) == OPT)):
+      # model.generate(z) of a legacy @nn.module_method
+      method = f.attr.value
+      f = f.value
+    carried = False
+    if isinstance(f, cst.Name) and self._stateful and method is None and (
+        self._carried_name(f.value) and not self._kept_name(f)):
+      # a model that carries its module, called in an nn.stateful / cache
+      # block: applied with the block's collections (its keywords split
+      # between fields and __call__ at run time, as its plain calls are)
+      carried = True
+      model = f.value
+      self.imports.add(MODEL_HELPER_IMPORT)
+      apply = 'legacy_model.apply_model'
+    elif isinstance(f, cst.Name) and self.kind_of(f) == MODEL:
+      model = f.value
+      apply = self.apply_fn_for(model)
+      if apply is not None and apply == f'{self._model_class_expr()}().apply':
+        # the codebase's one model class, by convention: not if the model
+        # the codebase passes here is of another class (flow.py)
+        why = objects.model_call_conflict(self.codebase, self.f.path,
+                                          self._qual(), model,
+                                          self.model_class)
+        if why and id(call) not in self._unknown_calls:
+          self._unknown_calls.add(id(call))
+          self.todo(call, f'model call: {why}; apply it with its module '
+                    'by hand')
+          return None
+    elif isinstance(f, cst.Attribute) and f.attr.value == 'target' and (
+        self.kind_of(f.value) == OPT):
+      model = self.ctx.code_of(f)
+      apply = f'{self.ctx.code_of(f.value)}.apply_fn'
+      model = f'{self.ctx.code_of(f.value)}.params'
+    elif (isinstance(f, cst.Attribute) and method is None
+          and objects.holds_models(self.codebase, self.f.path, self._qual(),
+                                   f)):
+      # self.model(x): an attribute every value of which is an nn.Model
+      # the upgrade rewrites, all of one class (flow.py)
+      model = self.ctx.code_of(f)
+      cls = objects.model_apply_class(self.codebase, self.f.path,
+                                      self._qual(), f)
+      apply = None if cls is None else f'{cls}().apply'
+    else:
+      return None
+    if apply is None:
+      if id(call) in self._unknown_calls:
+        return None
+      self._unknown_calls.add(id(call))
+      self.todo(call, 'model call: the module of this model is not known '
+                'here; apply it with module.apply')
+      return None
+    variables = f"{{'params': {model}}}"
+    st = self._stateful[-1] if self._stateful else None
+    if st is not None and st[0] is not None:
+      variables = f"{{'params': {model}, **{st[0]}}}"
+    if updated is None or not isinstance(updated, cst.Call) or len(
+        updated.args) != len(call.args):
+      updated = call
+    fields = set()
+    info = None
+    if apply.endswith('().apply') and re.fullmatch(
+        r'[\w.]+', apply[:-len('().apply')]):
+      # the class this model was built of (nn.Model(pkg.M, params) here)
+      info = alias_facts.root_info(self.codebase, None,
+                               apply[:-len('().apply')].split('.')[-1])
+    if info is None and not carried:
+      info = self.codebase.modules.get(self.model_class or '')
+    if info is not None:
+      fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
+    field_args = [a for a in updated.args if a.keyword is not None
+                  and a.keyword.value in fields]
+    if apply == f'{self._model_class_expr()}().apply':
+      # the class with its fields' defaults: fine unless the program
+      # builds its models with other values
+      bound = set(self.codebase.partial_kwargs.get(self.model_class, ()))
+      # and the .partial keywords of the modules the models this call can
+      # hold were built of, wherever that was (flow.py)
+      bound |= objects.model_partial_keywords(
+          self.codebase, self.f.path, self._qual(), call.func)
+      left = sorted(bound - {a.keyword.value for a in field_args})
+      if left and id(call) not in self._unknown_calls:
+        self._unknown_calls.add(id(call))
+        what = ('keywords not known here (**)' if '**' in left else
+                ', '.join(left))
+        self.todo(call, f'{self.model_class}() here has its fields\' '
+                  f'defaults, but the program builds it with {what}: pass '
+                  'the same values (or use the TrainState\'s apply_fn)')
+    if field_args and apply.endswith('().apply'):
+      # the class itself: its fields at construction (a required field
+      # has no default for ``M()`` to clone from)
+      apply = (f"{apply[:-len('().apply')]}("
+               f"{', '.join(self._argsrc(a) for a in field_args)}).apply")
+    elif field_args:
+      if not apply.endswith('.apply'):
+        # apply_fn is a bound ``module.apply``: its module, with the
+        # fields this call sets
+        apply = apply + '.__self__'
+      else:
+        apply = apply[:-len('.apply')]
+      apply = (f"{apply}.clone({', '.join(self._argsrc(a) for a in field_args)})"
+               '.apply')
+    args = ', '.join(self._argsrc(a) for a in updated.args
+                     if a not in field_args)
+    extra = ''
+    if method is not None:
+      extra += f', method={method!r}'
+    if self._stochastic:
+      extra += f", rngs={{'dropout': {self._stochastic[-1]}}}"
+      for h in [self._stochastic]:
+        pass
+    mutable = st is not None and st[2] and st[1] is not None
+    if mutable:
+      extra += f", mutable=[{st[4]!r}]"
+    return apply, variables, args, extra, mutable, st
+
+  def _inline_model_call(self, original, updated):
+    """``nn.Model(M, params)(x)`` -> ``M().apply({'params': params}, x)``
+    where M is known and the call needs no state, rng or field (else a
+    TODO: the model made here has no other use to rewrite)."""
+    inner = original.func
+    module = inner.args[0].value
+    if objects.model_carried(self.codebase, ('m', self.f.path, id(inner)),
+                             self.model_class):
+      # legacy_model.Model(M, params)(...) (leave_Call rewrote the inner
+      # call): it applies M, known at run time, as legacy did
+      return updated
+    info = self._flow_info(module) or alias_facts.root_info(
+        self.codebase, None, program_facts.class_name(module))
+    fields = set(info.fields) | ({info.var_kw} if info.var_kw else set()) if (
+        info is not None) else set()
+    if (not self._known_module(module) or self._stateful or self._stochastic
+        or any(a.star or (a.keyword is not None
+                          and a.keyword.value in fields)
+               for a in original.args)):
+      self.todo(original, 'nn.Model(M, params)(...): a model called where '
+                'it is made; the upgrade rewrites it only for a known module '
+                'called on its inputs, outside nn.stateful / nn.stochastic: '
+                "port by hand to M().apply({'params': params}, ...)")
+      return updated
+    new_inner = updated.func
+    params = (new_inner.args[1].value if isinstance(new_inner, cst.Call)
+              and len(new_inner.args) == 2 else inner.args[1].value)
+    ctor = self.module_ctor(new_inner.args[0].value if isinstance(
+        new_inner, cst.Call) and len(new_inner.args) == 2 else module)
+    args = ', '.join(self._argsrc(a) for a in updated.args)
+    self.note(original, 'nn.Model(M, params)(...) -> M().apply')
+    return _e(f"{ctor}.apply({{'params': {self.ctx.code_of(params)}}}"
+              f"{', ' + args if args else ''})")
+
+  def _call_model(self, original_node, updated_node):
+    """A model call ``model(x)`` in expression position (not an
+    assignment: rules/program/collections.py threads the state there)."""
+    # model(x) in expression position (not an assignment handled above)
+    r = self._model_call(original_node, updated_node)
+    if r is not None:
+      apply, variables, args, extra, mutable, st = r
+      if mutable and id(original_node) in self._assign_values:
+        return updated_node  # leave_SimpleStatementLine threads the state
+      if mutable:
+        self.todo(original_node, 'model call inside nn.stateful outside a '
+                  'plain assignment: the new state is not threaded back')
+        return updated_node
+      if st is not None:
+        st[3] = True
+      self.note(original_node, 'model call -> apply')
+      self._rewritten_calls.add(id(original_node))
+      return _e(f'{apply}({variables}, {args}{extra})')
+    return None
+
+  def _call_isinstance(self, original_node, updated_node):
+    """``isinstance(x, nn.Model)``."""
+    f = original_node.func
+    # isinstance(x, nn.Model)
+    if isinstance(f, cst.Name) and f.value in ('isinstance', 'assertIsInstance'
+                                                ) or (
+        isinstance(f, cst.Attribute) and f.attr.value == 'assertIsInstance'):
+      if len(original_node.args) == 2 and self.is_nn(
+          original_node.args[1].value, 'Model'):
+        is_carried, why = objects.carried(
+            self.codebase, self.f.path, self._qual(),
+            original_node.args[0].value)
+        if why:
+          self.todo(original_node, f'isinstance(..., nn.Model): {why}; '
+                    'port by hand')
+          return updated_node
+        args = list(updated_node.args)
+        if is_carried:
+          self.imports.add(MODEL_HELPER_IMPORT)
+          args[1] = args[1].with_changes(value=_e('legacy_model.Model'))
+        else:
+          args[1] = args[1].with_changes(value=cst.Name('dict'))
+        return updated_node.with_changes(args=args)
+    return None
+
+  def _call_inline_model(self, original_node, updated_node):
+    """``nn.Model(M, params)(x)``: a model called where it is made."""
+    # nn.Model(M, params)(x): called where it is made
+    inner = original_node.func
+    if (isinstance(inner, cst.Call) and self.is_nn(inner.func, 'Model')
+        and len(inner.args) == 2 and not any(a.star for a in inner.args)):
+      return self._inline_model_call(original_node, updated_node)
+    return None
+
+  def _call_nn_model(self, original_node, updated_node):
+    """``nn.Model(M, params)``."""
+    f = original_node.func
+    # nn.Model(M, params) -> params
+    if self.is_nn(f, 'Model') and len(original_node.args) == 2:
+      if objects.model_carried(self.codebase,
+                               ('m', self.f.path, id(original_node)),
+                               self.model_class):
+        # the model goes where its calls could not become M().apply, or
+        # its module is known only at run time: it carries its module,
+        # and every use stays as it is (objects.model_carried)
+        if any(a.keyword is not None or a.star
+               for a in original_node.args):
+          self.todo(original_node, 'nn.Model(...) with keywords: port by '
+                    'hand to legacy_model.Model(module, params)')
+          return updated_node
+        self.imports.add(MODEL_HELPER_IMPORT)
+        self.note(original_node, 'nn.Model(M, params) -> legacy_model.Model '
+                  '(it carries its module)')
+        return updated_node.with_changes(func=_e('legacy_model.Model'))
+      reach = objects.model_reach(self.codebase, self.f.path, original_node,
+                                  self.model_class)
+      if reach and self._known_module(original_node.args[0].value):
+        # the model goes where its calls could not become M().apply: both
+        # places keep the legacy code, with a TODO (uses: rules/modules)
+        self.todo(original_node, 'nn.Model(M, params): this model reaches '
+                  f'{"; ".join(reach)}, which cannot take its parameters '
+                  'alone; the upgrade rewrites it only where every place '
+                  'agrees: pass the module and its params there by hand')
+        return updated_node
+      if not self._known_module(original_node.args[0].value):
+        # params alone would lose M: the model's calls elsewhere (a
+        # parameter, an attribute ...) would call a dict
+        self.todo(original_node, 'nn.Model(M, params): M is not known here '
+                  'to be a legacy module class, so the calls of this model '
+                  'cannot become M().apply(params, ...); port by hand')
+        return updated_node
+      self.note(original_node, 'nn.Model(M, params) -> params')
+      return updated_node.args[1].value
+    return None
+
+  def _attr_params(self, original_node, updated_node, k):
+    """``model.params`` -> ``model`` (a model is its parameters now)."""
+    if k == MODEL:
+      return updated_node.value
+    return updated_node

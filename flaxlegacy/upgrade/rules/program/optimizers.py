@@ -1,0 +1,387 @@
+"""Optimizers of the program pass: legacy ``flax.optim`` definitions
+and the optimizers they create.
+
+``optim.X(...).create(target)`` ->
+``train_state.TrainState.create(apply_fn=..., params=target, tx=...)``
+with plain optax where its numbers equal legacy (table ``OPTAX``), else the
+legacy rule from ``flaxlegacy.migrate.legacy_optax`` (plain optax, same
+constructor arguments; table ``LEGACY_OPTAX``); ``optax.inject_hyperparams``
+where the codebase passes ``learning_rate`` per step;
+``optim.MultiOptimizer((optim.ModelParamTraversal(f), opt), ...)`` ->
+``optax.multi_transform`` labelled by ``legacy_optax.traversal_labels(f,
+...)`` (a traversal the code updates or iterates itself ->
+``flax.traverse_util.ModelParamTraversal``); ``optim.DynamicScale`` ->
+``flax.training.dynamic_scale.DynamicScale``.  The tables are
+collectors/programs.py's (facts need them too).  User-written
+``OptimizerDef`` subclasses: user_optimizers.py; what a program does with
+an optimizer once made: training_steps.py.
+
+A mixin of ``programs.ProgramRewriter``."""
+
+import re
+
+import libcst as cst
+
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.collectors.programs import LEGACY_OPTAX  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import MOMENTUM_WITH_DECAY  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import OPTAX  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import OPTAX_FIXED  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import TX_RULES  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.rules import objects
+from flaxlegacy.upgrade.rules.program import shared
+from flaxlegacy.upgrade.rules.program.shared import MODEL  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.rules.program.shared import MODEL_HELPER_IMPORT  # pylint: disable=g-importing-member
+
+_e = shared.expr_node
+
+
+class OptimizerRules:
+  """Legacy optimizer definitions and ``create``."""
+
+  def _traversal_objects(self):
+    """ids of the ``ModelParamTraversal(f)`` calls of this file whose
+    traversal the code uses itself (``.update`` / ``.iterate``), computed
+    once."""
+    if self._traversals is None:
+      self._traversals = _traversal_objects(self.module, self)
+    return self._traversals
+
+  def _create(self, node, opt_call, name, tx=None):
+    if not node.args:
+      return None
+    why = objects.optimizer_kept(self.codebase,
+                                 ('o', self.f.path, id(node)),
+                                 self.model_class)
+    if why:
+      self.todo(node, f'optimizer: {why}; the upgrade keeps it legacy, and '
+                'every place it reaches')
+      return None
+    target = node.args[0].value
+    target_src = self.ctx.code_of(target)
+    if tx is None:
+      tx = self._tx(node, opt_call, name)
+    if tx is None:
+      return None
+    apply = None
+    is_carried, why = objects.carried(self.codebase, self.f.path,
+                                      self._qual(), target)
+    if why:
+      self.todo(node, f'optimizer target: {why}; port by hand')
+      return None
+    if is_carried:
+      # its params are the Model; apply_fn calls it
+      self.imports.add(MODEL_HELPER_IMPORT)
+      apply = 'legacy_model.apply_model'
+    elif isinstance(target, cst.Name):
+      apply = self.apply_fn_for(target.value)
+    if apply is None:
+      apply = 'None'
+      self._bare_creates.add(id(node))
+      self.todo(node, 'TrainState.apply_fn: the module of this model is not '
+                'known here; apply it with module.apply (and if the target '
+                'is a bare array, not a dict of parameters, '
+                'TrainState.apply_gradients refuses it: wrap it in a dict)')
+    self.imports.add('from flax.training import train_state')
+    self.note(node, f'optim.{name}(...).create -> TrainState')
+    return _e(f'train_state.TrainState.create(apply_fn={apply}, '
+              f'params={target_src}, tx={tx})')
+
+  def _tx(self, node, opt_call, name):
+    """optax source for ``optim.<name>(...)`` (the call node), or None."""
+    if name in LEGACY_OPTAX:
+      return self._legacy_tx(node, opt_call, name, LEGACY_OPTAX[name])
+    if name == 'MultiOptimizer':
+      return self._multi_src.get(id(opt_call))
+    if name not in OPTAX:
+      self.todo(node, f'optim.{name}: no optax transformation with the same '
+                'numbers is known to the upgrade; port by hand (a legacy '
+                'definition gives one: optimizer_def.as_optax())')
+      return None
+    fn, table = OPTAX[name]
+    kw = self._bind_args(node, opt_call, name, tuple(table),
+                         'no rewrite for this argument')
+    if kw is None:
+      return None
+    decay = shared.nonzero(kw.get('weight_decay'))
+    if self.per_step_lr or kw.get('learning_rate') is None:
+      if name == 'Momentum' and decay:
+        # a chain has no hyperparams to set: one legacy_optax state instead
+        return self._legacy_tx(node, opt_call, name, MOMENTUM_WITH_DECAY)
+      self.imports.add('import optax')
+      inner = []
+      for k, (ok, default) in table.items():
+        v = kw.get(k, default)
+        if k == 'learning_rate' and v is None:
+          v = '0.0'  # set per step with apply_gradients
+        if v is not None:
+          inner.append(f'{ok}={v}')
+      inner += OPTAX_FIXED.get(name, ())
+      tx = f"optax.inject_hyperparams({fn})({', '.join(inner)})"
+    else:
+      self.imports.add('import optax')
+      inner = [kw['learning_rate']]
+      for k, (ok, default) in table.items():
+        v = kw.get(k, default)
+        if k == 'learning_rate' or v is None:
+          continue
+        inner.append(f'{ok}={v}')
+      inner += OPTAX_FIXED.get(name, ())
+      tx = f"{fn}({', '.join(inner)})"
+    if name == 'Adam' and decay:
+      # optax.adam(...) or optax.inject_hyperparams(optax.adam)(...)
+      tx = re.sub(r'\boptax\.adam(?=[()])', 'optax.adamw', tx, count=1)
+    elif name == 'Adam':
+      tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
+    if name == 'Momentum' and decay:
+      tx = tx.replace(f', weight_decay={kw["weight_decay"]}', '')
+      tx = f'optax.chain(optax.add_decayed_weights({kw["weight_decay"]}), {tx})'
+    elif name == 'Momentum':
+      tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
+    return tx
+
+  def _argsrc_new(self, a):
+    """Source of an argument of an updated (rewritten) call."""
+    star = a.star if isinstance(a.star, str) else ''
+    kw = f'{a.keyword.value}=' if a.keyword is not None else ''
+    return f'{star}{kw}{cst.Module([]).code_for_node(a.value)}'
+
+  def _traversal(self, original, updated):
+    """``optim.ModelParamTraversal(f)`` -> ``f``: the filter itself, which
+    ``legacy_optax.traversal_labels`` reads (with the legacy paths); a
+    traversal the code updates or iterates itself -> today's
+    ``flax.traverse_util.ModelParamTraversal(f)`` (same paths, on the
+    parameter dict a model became)."""
+    args = updated.args
+    if id(original) in self._traversal_objects():
+      self.imports.add('import flax.traverse_util')
+      self.note(original, 'optim.ModelParamTraversal -> '
+                'flax.traverse_util.ModelParamTraversal')
+      return updated.with_changes(
+          func=_e('flax.traverse_util.ModelParamTraversal'))
+    if len(args) != 1 or args[0].keyword is not None or args[0].star:
+      self.todo(original, 'optim.ModelParamTraversal call form')
+      return updated
+    self.note(original, 'optim.ModelParamTraversal(f) -> f')
+    return args[0].value
+
+  def _multi(self, original, updated):
+    """``optim.MultiOptimizer((traversal, opt), ...)`` ->
+    ``optax.multi_transform`` with legacy_optax.traversal_labels."""
+    if self.per_step_lr:
+      self.todo(original, 'optim.MultiOptimizer with hyper-parameters set per '
+                'step: optax.multi_transform has no hyperparams to set')
+      return None
+    filters, txs = [], []
+    for o, u in zip(original.args, updated.args):
+      if (o.keyword is not None or o.star or not isinstance(
+          o.value, (cst.Tuple, cst.List)) or len(o.value.elements) != 2
+          or any(isinstance(e, cst.StarredElement)
+                 for e in o.value.elements)):
+        self.todo(original, 'optim.MultiOptimizer takes (traversal, '
+                  'optimizer) pairs written out here')
+        return None
+      (trav, opt), (u_trav, u_opt) = (o.value.elements, u.value.elements)
+      trav, opt = trav.value, opt.value
+      is_traversal = (isinstance(trav, cst.Call) and isinstance(
+          trav.func, (cst.Name, cst.Attribute)) and self.is_optim(
+              trav.func) == 'ModelParamTraversal') or (
+                  isinstance(trav, cst.Name)
+                  and self.scope.lookup('traversals', trav.value))
+      is_tx = (isinstance(opt, cst.Call) and isinstance(
+          opt.func, (cst.Name, cst.Attribute)) and self.is_optim(
+              opt.func) in (set(OPTAX) | set(LEGACY_OPTAX))) or (
+                  isinstance(opt, cst.Name)
+                  and self.scope.lookup('optdefs', opt.value))
+      u_opt_src = cst.Module([]).code_for_node(u_opt.value)
+      if not is_traversal or not is_tx or 'optim.' in u_opt_src:
+        self.todo(original, 'optim.MultiOptimizer: a pair is not a '
+                  'ModelParamTraversal and a built-in optimizer known here')
+        return None
+      filters.append(cst.Module([]).code_for_node(u_trav.value))
+      txs.append(u_opt_src)
+    if not txs:
+      self.todo(original, 'optim.MultiOptimizer without pairs')
+      return None
+    self.imports.add('import optax')
+    self.imports.add('from flaxlegacy.migrate import legacy_optax')
+    items = ', '.join(f"'{i}': {t}" for i, t in enumerate(txs))
+    return (f"optax.multi_transform({{{items}, 'frozen': optax.set_to_zero()"
+            f"}}, legacy_optax.traversal_labels({', '.join(filters)}))")
+
+  def _bind_args(self, node, opt_call, name, params, unknown):
+    """``{legacy parameter: argument source}`` of ``optim.<name>(...)``
+    against the legacy constructor's ``params`` (in order), or None with a
+    TODO (``unknown``: why a keyword outside ``params`` is refused)."""
+    args = [] if opt_call is None else list(opt_call.args)
+    if any(a.star for a in args):
+      self.todo(node, f'optim.{name}(*...): the arguments are not known here')
+      return None
+    pos = [a for a in args if a.keyword is None]
+    if len(pos) > len(params):
+      self.todo(node, f'optim.{name}: more positional arguments than the '
+                'legacy constructor takes')
+      return None
+    kw = {p: self.ctx.code_of(a.value).rstrip(', ')
+          for p, a in zip(params, pos)}
+    for a in args:
+      if a.keyword is not None:
+        if a.keyword.value not in params:
+          self.todo(node, f'optim.{name}({a.keyword.value}=...): {unknown}')
+          return None
+        kw[a.keyword.value] = self.ctx.code_of(a.value).rstrip(', ')
+    return kw
+
+  def _legacy_tx(self, node, opt_call, name, rule):
+    """``legacy_optax.<rule>(...)`` for ``optim.<name>(...)``, or None."""
+    fn, params = rule
+    kw = self._bind_args(node, opt_call, name, params,
+                         'not a parameter of the legacy constructor')
+    if kw is None:
+      return None
+    self.imports.add('from flaxlegacy.migrate import legacy_optax')
+    if self.per_step_lr or kw.get('learning_rate') is None:
+      # the learning rate is set per step; legacy branched in Python on
+      # the other hyper-parameters (and Adafactor's dtype_momentum would
+      # pass for a schedule), so all of them stay static
+      self.imports.add('import optax')
+      kw = {'learning_rate': kw.get('learning_rate') or '0.0', **kw}
+      static = [repr(p) for p in params[1:]]
+      static = '(' + ', '.join(static) + (',' if len(static) == 1 else '') + ')'
+      inner = ', '.join(f'{p}={v}' for p, v in kw.items())
+      return (f'optax.inject_hyperparams(legacy_optax.{fn}, '
+              f'static_args={static})({inner})')
+    inner = [kw['learning_rate']] + [f'{p}={kw[p]}' for p in params[1:]
+                                     if p in kw]
+    return f"legacy_optax.{fn}({', '.join(inner)})"
+
+  def _call_optim_create(self, original_node, updated_node):
+    """``optim.X(...).create(target)``."""
+    f = original_node.func
+    # optim.X(...).create(target)
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
+        isinstance(f.value, cst.Call)):
+      name = self.is_optim(f.value.func)
+      if name is not None:
+        return self._create(original_node, f.value, name) or updated_node
+    return None
+
+  def _call_definition_create(self, original_node, updated_node):
+    """``optimizer_def.create(target)`` of a definition made elsewhere:
+    a name bound to ``optim.X(...)``, a value flow.py knows, a function
+    of the codebase returning one."""
+    f = original_node.func
+    # optimizer_def.create(target), optimizer_def = optim.X(...)
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
+        isinstance(f.value, cst.Name)) and self.scope.lookup(
+            'optdefs', f.value.value):
+      name = self.scope.lookup('optdefs', f.value.value)
+      return self._create(original_node, None, name,
+                          tx=f.value.value) or updated_node
+    # optimizer_def.create(target), every value of optimizer_def a legacy
+    # definition, which this pass makes an optax transformation (flow.py)
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
+        isinstance(f.value, (cst.Name, cst.Attribute))) and len(
+            original_node.args) == 1:
+      names = objects.optdef_names(self.codebase, self.f.path, self._qual(),
+                                   f.value)
+      if names and names <= TX_RULES:
+        return self._create(original_node, None, 'Optimizer',
+                            tx=self.ctx.code_of(f.value)) or updated_node
+    # make_optimizer_def(...).create(model): a definition from a function
+    if isinstance(f, cst.Attribute) and f.attr.value == 'create' and len(
+        original_node.args) == 1 and (self.kind_of(
+            original_node.args[0].value) == MODEL or objects.carried(
+                self.codebase, self.f.path, self._qual(),
+                original_node.args[0].value)[0]) and isinstance(
+                    f.value, cst.Call) and shared.returns_optax(self, f.value):
+      return self._create(original_node, None, 'Optimizer', tx=self.ctx.code_of(
+          updated_node.func.value)) or updated_node
+    return None
+
+  def _call_optim_constructor(self, original_node, updated_node):
+    """``optim.X(...)`` alone: the optax transformation."""
+    f = original_node.func
+    # optim.X(...) alone: the optax transformation
+    name = self.is_optim(f) if isinstance(f, (cst.Name, cst.Attribute)
+                                          ) else None
+    if name is not None and (id(original_node) in self._kept_def_calls or (
+        id(original_node) in self._kept_definitions())):
+      # the optimizer it creates stays legacy (a TODO there): so does it
+      return updated_node
+    if name == 'ModelParamTraversal' or (
+        isinstance(f, (cst.Name, cst.Attribute))
+        and self._qualify(cst_util.dotted(f))
+        == 'flax.optim.ModelParamTraversal'
+        and id(original_node) in self._traversal_objects()):
+      return self._traversal(original_node, updated_node)
+    if name == 'MultiOptimizer':
+      tx = self._multi(original_node, updated_node)
+      if tx is not None:
+        self._multi_src[id(original_node)] = tx
+        self.note(original_node, 'optim.MultiOptimizer -> '
+                  'optax.multi_transform')
+        return _e(tx)
+      return updated_node
+    if name in TX_RULES:
+      tx = self._tx(original_node, original_node, name)
+      if tx is not None:
+        self.note(original_node, f'optim.{name}(...) -> {tx.split("(")[0]}')
+        return _e(tx)
+    return None
+
+  def _call_dynamic_scale(self, original_node, updated_node):
+    """``optim.DynamicScale(...)`` -> flax.training.dynamic_scale."""
+    f = original_node.func
+    if isinstance(f, cst.Name) or isinstance(f, cst.Attribute):
+      if self.is_optim(f) == 'DynamicScale':
+        self.imports.add('from flax.training import dynamic_scale as '
+                         'dynamic_scale_lib')
+        return updated_node.with_changes(
+            func=_e('dynamic_scale_lib.DynamicScale'))
+    return None
+
+
+class _TraversalUses(walk.ScopedVisitor):
+  """The ModelParamTraversal calls whose traversal is updated or iterated
+  (directly, or through a name of the same scope)."""
+
+  def __init__(self, rw):
+    self.rw = rw
+    super().__init__()
+    self.calls = {}  # (scope, name) -> ids of the calls assigned to it
+    self.used = set()  # (scope, name) used as name.update / name.iterate
+    self.direct = set()
+
+  def _is_traversal(self, v):
+    return isinstance(v, cst.Call) and isinstance(
+        v.func, (cst.Name, cst.Attribute)) and (
+            self.rw.is_optim(v.func) == 'ModelParamTraversal'
+            or self.rw._qualify(cst_util.dotted(v.func))  # pylint: disable=protected-access
+            == 'flax.optim.ModelParamTraversal')
+
+  def visit_Assign(self, node):
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and self._is_traversal(node.value)):
+      self.calls.setdefault(('.'.join(self.quals),
+                             node.targets[0].target.value), set()).add(
+                                 id(node.value))
+
+  def visit_Attribute(self, node):
+    if node.attr.value in ('update', 'iterate'):
+      if isinstance(node.value, cst.Name):
+        self.used.add(('.'.join(self.quals), node.value.value))
+      elif self._is_traversal(node.value):
+        self.direct.add(id(node.value))
+
+
+def _traversal_objects(module, rw):
+  v = _TraversalUses(rw)
+  module.visit(v)
+  out = set(v.direct)
+  for key, ids in v.calls.items():
+    if key in v.used:
+      out |= ids
+  return out
