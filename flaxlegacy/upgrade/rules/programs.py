@@ -56,7 +56,7 @@ mixin per legacy concept, each in its own module of ``rules/program/``
 * ``values.py``: what a name or expression holds (shared by all);
 * ``lifecycle.py``: the model life cycle (init / create, partial, call);
 * ``models.py``: ``nn.Model`` values, their calls and attributes;
-* ``collections.py``: ``nn.stateful`` / ``nn.stochastic`` blocks,
+* ``stateful.py``: ``nn.stateful`` / ``nn.stochastic`` blocks,
   ``nn.Collection`` values;
 * ``optimizers.py``: ``flax.optim`` definitions and ``create``;
 * ``user_optimizers.py``: user-written ``OptimizerDef`` subclasses;
@@ -94,7 +94,7 @@ from flaxlegacy.upgrade.rules import lifecycle_runtime
 from flaxlegacy.upgrade.rules import model_uses
 from flaxlegacy.upgrade.rules.program import annotations
 from flaxlegacy.upgrade.rules.program import checkpoints
-from flaxlegacy.upgrade.rules.program import collections
+from flaxlegacy.upgrade.rules.program import stateful
 from flaxlegacy.upgrade.rules.program import imports
 from flaxlegacy.upgrade.rules.program import lifecycle
 from flaxlegacy.upgrade.rules.program import models
@@ -123,7 +123,7 @@ def relevant(file_facts, codebase=None, path=None):
 
 class ProgramRewriter(scopes.ScopeRules, values.ValueQueries,
                       lifecycle.LifecycleRules, models.ModelRules,
-                      collections.CollectionRules,
+                      stateful.CollectionRules,
                       optimizers.OptimizerRules,
                       user_optimizers.UserOptimizerRules,
                       training_steps.TrainingStepRules,
@@ -183,7 +183,7 @@ class ProgramRewriter(scopes.ScopeRules, values.ValueQueries,
   def _assign(self, orig, stmt, line):
     """The statements ``stmt`` (a one-target assignment) becomes, or None:
     the first case of ``ASSIGN_RULES`` that takes it, else a model call
-    (collections.py)."""
+    (stateful.py)."""
     ov = orig.value
     if isinstance(ov, cst.Call) and isinstance(ov.func, cst.Attribute):
       for rule in ASSIGN_RULES:
@@ -219,11 +219,11 @@ class ProgramRewriter(scopes.ScopeRules, values.ValueQueries,
 # The cases of a call, in the order they are tried (the first answer that
 # is not None wins).
 CALL_RULES = (
-    collections.CollectionRules._call_cache_init,
-    collections.CollectionRules._call_legacy_rng,
+    stateful.CollectionRules._call_cache_init,
+    stateful.CollectionRules._call_legacy_rng,
     lifecycle.LifecycleRules._call_partial,
     lifecycle.LifecycleRules._call_module_call,
-    collections.CollectionRules._call_as_dict,
+    stateful.CollectionRules._call_as_dict,
     optimizers.OptimizerRules._call_optim_create,
     user_optimizers.UserOptimizerRules._call_user_optimizer,
     optimizers.OptimizerRules._call_definition_create,
@@ -238,7 +238,7 @@ CALL_RULES = (
 )
 
 # The cases of a one-target assignment of ``X.attr(...)``, in order (the
-# first answer that is not NEXT wins; then a model call, collections.py).
+# first answer that is not NEXT wins; then a model call, stateful.py).
 ASSIGN_RULES = (
     lifecycle.LifecycleRules._assign_runtime,
     lifecycle.LifecycleRules._assign_unknown_pair,

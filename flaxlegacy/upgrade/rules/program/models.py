@@ -233,7 +233,7 @@ class ModelRules:
 
   def _call_model(self, original_node, updated_node):
     """A model call ``model(x)`` in expression position (not an
-    assignment: rules/program/collections.py threads the state there)."""
+    assignment: rules/program/stateful.py threads the state there)."""
     # model(x) in expression position (not an assignment handled above)
     r = self._model_call(original_node, updated_node)
     if r is not None:
