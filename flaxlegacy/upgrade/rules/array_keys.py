@@ -141,6 +141,5 @@ def run(file_facts, report, module, code=None):
   if not rw.changed:
     return module
   if IMPORT not in new.code:
-    from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
     new = cst_util.add_import_lines(new, {IMPORT}, set())
   return new
