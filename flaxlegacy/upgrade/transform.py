@@ -47,6 +47,10 @@ class Context:
     # once into the file after its imports (rules/splat.py)
     self.needed_defs = {}
     self.line_offset = 0
+    # positions in the file as written (LazyPositions), looked up first:
+    # a node no pass replaced keeps its written line though lines were
+    # added above it
+    self.written = None
     # removed module -> what it becomes in this file (rules/early_linen/
     # removed_modules.py ``served_renames``)
     self.served = {}
@@ -58,6 +62,10 @@ class Context:
     self.convert_function = modules.convert_function
 
   def line(self, node):
+    if self.written is not None:  # a node of the file as written: its line
+      pos = self.written.get(node)
+      if pos is not None:
+        return pos.start.line
     pos = self.positions.get(node)
     return pos.start.line + self.line_offset if pos is not None else None
 
@@ -107,6 +115,13 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # stay theirs)
   originals = [module]
   known = dict(zip(map(id, module.body), statement_texts))
+  # where each statement of the file as written starts: the report's lines
+  # are the written file's, also after the program pass added imports
+  written = {}
+  line = 1 + sum(1 for _ in module.header)
+  for stmt, text in zip(module.body, statement_texts):
+    written[id(stmt)] = line
+    line += text.count('\n')
 
   def texts_of(m):
     originals.append(m)
@@ -121,8 +136,9 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # Program-level rules first (rules/programs.py), on the legacy
   # source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
+  written_positions = LazyPositions(module)
   if programs.relevant(file_facts, codebase, path):
-    pctx = Context(file_facts, codebase, report, LazyPositions(module),
+    pctx = Context(file_facts, codebase, report, written_positions,
                    module.code_for_node)
     try:
       new_module = programs.run(pctx, module)
@@ -151,6 +167,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
     module, code = new_module, None
     statement_texts = texts_of(module)
   ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
+  ctx.written = written_positions
   upgrader = Upgrader(ctx)
   from flaxlegacy.upgrade.rules.early_linen import removed_modules  # pylint: disable=g-import-not-at-top
   if any(m.rsplit('.', 1)[-1] in t for t in statement_texts
@@ -159,12 +176,15 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
                                                 file_facts.imports)
   relevant = _relevance(file_facts, codebase)
   line = 1 + sum(1 for _ in module.header)
+  shift = 0  # lines added above, as of the last statement as written
   body = []
   changed = False
   for stmt, text in zip(module.body, statement_texts):
+    if id(stmt) in written:
+      shift = line - written[id(stmt)]
     if relevant.search(text):
       ctx.positions = LazyPositions(cst.Module(body=[stmt]))
-      ctx.line_offset = line - 1
+      ctx.line_offset = line - shift - 1
       new = upgrader.walk(stmt)
       changed = changed or new is not stmt
       body.append(new)
@@ -184,5 +204,6 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # would shift the line numbers the rules above report.
   from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top
   code = code if new is module and code is not None else new.code
-  out = early_linen.run(file_facts, report, new, code)
+  out = early_linen.run(file_facts, report, new, code,
+                       written=written_positions)
   return code if out is new else out.code

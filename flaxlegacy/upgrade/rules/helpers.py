@@ -49,7 +49,7 @@ def _partial_shared(call):
   return None
 
 
-class _Normalise(cst.CSTTransformer):
+class _Normalise(walk.FastTransformer):
 
   def leave_Call(self, original_node, updated_node):
     inner = _partial_shared(updated_node)
@@ -68,7 +68,7 @@ class _Normalise(cst.CSTTransformer):
 def prepare_class(up, node):
   """``X.partial(...).shared(...)`` -> ``X.shared(...)`` in a class body."""
   del up
-  return node.visit(_Normalise())
+  return _Normalise().walk(node)
 
 
 def _self_calls(fn):

@@ -157,6 +157,7 @@ def convert_class(up, node, info, plain=False):
   from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
   legacy_methods = [s for s in node.body.body if isinstance(
       s, cst.FunctionDef) and s.name.value != 'apply']
+  written = node  # the class as written (its line for the report)
   node = helpers.prepare_class(up, node)
   apply = None
   others = []
@@ -166,11 +167,11 @@ def convert_class(up, node, info, plain=False):
     elif isinstance(stmt, cst.FunctionDef):
       others.append(stmt.name.value)
   if apply is None:
-    up.todo(node, f'{info.name} has no apply method')
+    up.todo(written, f'{info.name} has no apply method')
     return node
   fields, bad = _fields(up, info)
   if fields is None:
-    up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
+    up.todo(written, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
   plan = None
   from flaxlegacy.upgrade.rules import methods  # pylint: disable=g-import-not-at-top
@@ -204,18 +205,18 @@ def convert_class(up, node, info, plain=False):
   if mms:
     body2, notes = module_methods_rule.convert(up, info, new_body, mms)
     if body2 is None:
-      up.todo(node, f'{info.name}: {notes}')
+      up.todo(written, f'{info.name}: {notes}')
     else:
       new_body = body2
       done = {m.name.value for m in mms}
       others = [o for o in others if o not in done]
       info.module_methods = sorted(done, key=[m.name.value for m in mms].index)
       for note in notes:
-        up.rewrote(node, 'module_method', f'{info.name}.{note}')
+        up.rewrote(written, 'module_method', f'{info.name}.{note}')
   if others:
-    up.todo(node, f'{info.name}: methods {others} are legacy module methods '
+    up.todo(written, f'{info.name}: methods {others} are legacy module methods '
             'or helpers: check them by hand')
-  up.rewrote(node, 'module_class', f'class {info.name}: apply -> fields '
+  up.rewrote(written, 'module_class', f'class {info.name}: apply -> fields '
              f'{info.fields} + __call__{tuple(info.call)}')
   up.ctx.report.modules.append(info.report())
   if rw.rename is not None:

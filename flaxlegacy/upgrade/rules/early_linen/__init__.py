@@ -73,7 +73,7 @@ _FLAX_TODAY = ('flax.linen', 'flax.core', 'flax.training', 'flax.struct',
                'flax.serialization', 'flax.jax_utils')
 
 
-def run(file_facts, report, module, code=None):
+def run(file_facts, report, module, code=None, written=None):
   """The module with early-linen code rewritten (the same object if none).
 
   Runs after the legacy rules, with the imports as written, and only on
@@ -105,6 +105,7 @@ def run(file_facts, report, module, code=None):
     r = (rule.Rule(names, report, needed, jax_only)
          if rule in (frozendict, keys) else rule.Rule(names, report, needed))
     r.code = code
+    r.written = written
     new = _common.apply(r, module)
     if new is not module:
       module, code = new, new.code

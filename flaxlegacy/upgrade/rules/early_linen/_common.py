@@ -86,6 +86,7 @@ class Rule(cst_util.TodoComments, walk.FastTransformer):
     self.ctx = types.SimpleNamespace(report=report)
     self._todos = []  # one list per open statement (TodoComments)
     self.positions = None  # of the module walked (apply)
+    self.written = None  # of the file as written, if the caller has them
     self.code = ''  # the file's source as the rules found it (run)
 
   @property
@@ -93,6 +94,10 @@ class Rule(cst_util.TodoComments, walk.FastTransformer):
     return self.ctx.report
 
   def line(self, node):
+    if self.written is not None:  # the file as written (transform.Context)
+      pos = self.written.get(node)
+      if pos is not None:
+        return pos.start.line
     pos = self.positions.get(node)
     return pos.start.line if pos is not None else None
 
