@@ -55,8 +55,8 @@ class Context:
     # removed_modules.py ``served_renames``)
     self.served = {}
     # legacy module definitions -> linen classes (rules/modules.py); the
-    # rewriters (rules/rewriter.py) call them back through here, as
-    # modules.py builds on them
+    # rewriters (rules/rewriter.py, rules/apply_rewriter.py) call them
+    # back through here, as modules.py builds on them
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
     self.convert_class = modules.convert_class
     self.convert_function = modules.convert_function

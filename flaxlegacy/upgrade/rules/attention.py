@@ -182,7 +182,7 @@ def _names(target):
 def rewrite(up, original, updated, attr, guard=None):
   """The linen construction + call for one legacy attention call.
 
-  ``up``: the ApplyRewriter of the enclosing body (rules/rewriter.py).
+  ``up``: the ApplyRewriter of the enclosing body (rules/apply_rewriter.py).
   ``guard``: the field the call goes through (``field_attention``), whose
   value is checked at run time to be its default.
   Returns ``updated`` (with a TODO recorded) where it cannot be certain.

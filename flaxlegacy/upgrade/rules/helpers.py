@@ -88,14 +88,14 @@ def _self_calls(fn):
 
 def convert_helpers(up, node, info, apply, others):
   """Rewrites helper methods; returns (new class node, methods left)."""
-  from flaxlegacy.upgrade.rules import rewriter  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade.rules import apply_rewriter  # pylint: disable=g-import-not-at-top
   called = _self_calls(apply)
   helper_info = dataclasses.replace(info, fields=[], call=[], var_kw=None)
   body, left = [], []
   for stmt in node.body.body:
     if (isinstance(stmt, cst.FunctionDef) and stmt.name.value in others
         and stmt.name.value in called and not stmt.decorators):
-      rw = rewriter.ApplyRewriter(up, helper_info, stmt)
+      rw = apply_rewriter.ApplyRewriter(up, helper_info, stmt)
       if rw.dynamic or rw.names:
         left.append(stmt.name.value)
         body.append(stmt)

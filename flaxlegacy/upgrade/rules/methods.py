@@ -198,11 +198,11 @@ class Plan:
   notes: List[str] = dataclasses.field(default_factory=list)
 
   def rewriter(self, up, info, fn):
-    from flaxlegacy.upgrade.rules import rewriter  # pylint: disable=g-import-not-at-top
+    from flaxlegacy.upgrade.rules import apply_rewriter  # pylint: disable=g-import-not-at-top
 
     helpers = self.helpers
 
-    class _ApplyWithHelpers(rewriter.ApplyRewriter):
+    class _ApplyWithHelpers(apply_rewriter.ApplyRewriter):
 
       def plan_class(self, resolver, local_vars):
         return _inlining_plan(resolver, local_vars, helpers)
@@ -228,11 +228,11 @@ class Plan:
 
   def convert_helper(self, up, info, name, apply_rw):
     """The rewritten helper FunctionDef, or None (left with a TODO)."""
-    from flaxlegacy.upgrade.rules import rewriter  # pylint: disable=g-import-not-at-top
+    from flaxlegacy.upgrade.rules import apply_rewriter  # pylint: disable=g-import-not-at-top
     fn = self.helpers[name]
     if apply_rw.dynamic:
       return None
-    rw = rewriter.ApplyRewriter(up, info, fn)
+    rw = apply_rewriter.ApplyRewriter(up, info, fn)
     rw.fields = set()  # helper locals are not fields
     rw.assigned_fields = []
     rw.names, rw.dynamic, rw.todo_all = apply_rw.names, False, None

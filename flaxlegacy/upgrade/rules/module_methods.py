@@ -51,9 +51,10 @@ import libcst as cst
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import _shared
+from flaxlegacy.upgrade.rules import apply_rewriter
 from flaxlegacy.upgrade.rules import helpers
 from flaxlegacy.upgrade.rules import methods as methods_rule
-from flaxlegacy.upgrade.rules import rewriter
+from flaxlegacy.upgrade.rules import resolver as resolver_lib
 
 
 def find(up, node):
@@ -229,7 +230,7 @@ def _convert_method(up, info, fn, shared=False):
   if keep:
     minfo = copy.copy(info)
     minfo.fields = [f for f in info.fields if f not in keep]
-  rw = rewriter.ApplyRewriter(up, minfo, fn)
+  rw = apply_rewriter.ApplyRewriter(up, minfo, fn)
   if rw.dynamic and not shared:
     return None, 'its submodule names depend on loops or conditions', None
   body = fn.body.visit(rw)
@@ -454,7 +455,7 @@ def _setup_form(up, info, new_body, methods):
       notes.append(f'{m.name.value}: parameters {dropped} are fields')
   body = [converted.get(id(s), s) for s in new_body]
   fns = {s.name.value: s for s in body if isinstance(s, cst.FunctionDef)}
-  resolver = rewriter.Resolver(up, {})
+  resolver = resolver_lib.Resolver(up, {})
 
   def is_ctor(expr):
     ref = resolver(expr)

@@ -25,16 +25,16 @@
 
 This module converts whole definitions (``convert_class`` /
 ``convert_function``); the body rewriter (``ApplyRewriter``) and what a
-callee resolves to (``Resolver``) are rules/rewriter.py's, the auto-name
-plan rules/name_plan.py's.
+callee resolves to (``Resolver``) are rules/apply_rewriter.py's and
+rules/resolver.py's, the auto-name plan rules/name_plan.py's.
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade.rules import _shared
+from flaxlegacy.upgrade.rules import apply_rewriter
 from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
-from flaxlegacy.upgrade.rules import rewriter
 from flaxlegacy.upgrade.rules import subclasses
 
 
@@ -57,7 +57,7 @@ def _field_annotation(default_src):
 def _body_of(up, info, fn, methods_plan=None):
   """The rewritten ``__call__`` FunctionDef for ``fn`` (apply / function)."""
   rw = (methods_plan.rewriter(up, info, fn) if methods_plan is not None
-        else rewriter.ApplyRewriter(up, info, fn))
+        else apply_rewriter.ApplyRewriter(up, info, fn))
   body = fn.body.visit(rw)
   ps = fn.params
   plist = list(ps.posonly_params) + list(ps.params)
@@ -243,7 +243,7 @@ def convert_function(up, node, info):
     doc = [stmts[0]]
     call_fn = call_fn.with_changes(body=call_fn.body.with_changes(
         body=stmts[1:]))
-  prefix = rewriter.ApplyRewriter._prefix(up)  # pylint: disable=protected-access
+  prefix = apply_rewriter.ApplyRewriter._prefix(up)  # pylint: disable=protected-access
   cls = cst.ClassDef(
       name=cst.Name(info.name),
       bases=[cst.Arg(value=cst_util.expr(prefix + '.Module'))],

@@ -61,7 +61,7 @@ def _cell_method(up, func, method):
 
 
 def _in_module(up):
-  return hasattr(up, 'info')  # rewriter.ApplyRewriter
+  return hasattr(up, 'info')  # apply_rewriter.ApplyRewriter
 
 
 def _bind(args, names):

@@ -1,0 +1,102 @@
+"""Module instances in a body: ``X.partial(**kw)`` held by a local called
+once -> ``X(**kw, name=...)`` (rules/partial_locals.py finds them);
+``X.shared(**kw)`` -> one instance ``X(**kw)`` called repeatedly;
+``X.partial(...)`` of a layer / class inside a body -> ``functools.partial``
+(rules/partials.py); other uses of such locals and ``.partial`` /
+``.shared`` of legacy attention get a TODO."""
+
+import libcst as cst
+
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade.rules import _shared
+from flaxlegacy.upgrade.rules import attention as attention_rule
+from flaxlegacy.upgrade.rules import constructors
+from flaxlegacy.upgrade.rules import partial_locals
+from flaxlegacy.upgrade.rules import partials
+
+
+class InstanceRules:
+  """``.partial`` / ``.shared`` instances and the locals holding them."""
+
+  def _call_instance_partial(self, original_node, updated_node):
+    """The ``X.partial(...)`` a local holds and calls once, else None."""
+    if id(original_node) in self.instance_partials:
+      inner = self.resolver(original_node.func.value)
+      return self._instance(original_node, updated_node, inner)
+    return None
+
+  def _call_instance_attr(self, original_node, updated_node):  # pylint: disable=unused-argument
+    """A method of a local holding an instance: a TODO, then the next case
+    (None)."""
+    f = original_node.func
+    if isinstance(f, cst.Attribute) and isinstance(
+        f.value, cst.Name) and f.value.value in self.instance_locals:
+      self.todo(original_node, partial_locals.ATTR_TODO.format(
+          name=f.value.value, attr=f.attr.value))
+    return None
+
+  def _call_partial_or_shared(self, original_node, updated_node):
+    """``X.partial(...)`` / ``X.shared(...)`` of a layer or class, else
+    None."""
+    f = original_node.func
+    if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
+      inner = self.resolver.used_as(f.value, f.attr.value)
+      if inner is not None and inner.kind == 'attention':
+        self.todo(original_node, attention_rule.PARTIAL_TODO.format(
+            name=self.ctx.code_of(f.value), attr=inner.target,
+            what=f.attr.value))
+        return updated_node
+      if inner is not None and (inner.kind in ('layer', 'class') or (
+          inner.kind == 'partial' and f.attr.value == 'partial')):
+        if f.attr.value == 'partial':
+          return partials.partial_call(self, original_node, updated_node, inner)
+        return self._shared(original_node, updated_node, inner)
+    return None
+
+  def _instance(self, original, updated, inner):
+    """``X.partial(**kw)`` held by a local called once -> ``X(**kw, name=)``."""
+    local, legacy = self.instance_partials[id(original)]
+    args = list(updated.args)
+    if legacy is None or any(a.star or a.keyword is None for a in args):
+      self.todo(original, f'{local} holds X.partial(...) or a module from '
+                'outside: cannot tell the legacy name of its call')
+      return updated
+    if inner.kind == 'class':
+      if any(cst_util.kw(a) not in inner.target.fields + ['name'] for a in args):
+        self.todo(original, '.partial binds call parameters')
+        return updated
+      kwargs = args
+    else:
+      kwargs = constructors.add_layer_defaults(
+          inner.target, [constructors.layer_kwarg(a, inner.target) for a in args])
+    if _shared.call_name(original) is None:
+      kwargs = list(kwargs) + [cst_util.arg(cst.SimpleString(repr(legacy)), 'name')]
+    self.rewrote(original, 'partial', f'.partial held by {local} (called '
+                 'once) -> one module instance')
+    return cst.Call(func=constructors.ctor_expr(self, inner, updated.func.value),
+                    args=cst_util.clean_args(kwargs))
+
+  def _shared(self, original, updated, inner):
+    """``X.shared(**kw)`` -> ``X(**kw)``: one instance, called repeatedly."""
+    args = list(updated.args)
+    if any(a.star for a in args):
+      self.todo(original, f'.shared(**...) of {inner.kind}')
+      return updated
+    ctor = constructors.ctor_expr(self, inner, updated.func.value)
+    if inner.kind == 'class':
+      bad = [a for a in args if cst_util.kw(a) not in inner.target.fields + ['name']]
+      if bad:
+        self.todo(original, '.shared binds call parameters')
+        return updated
+      kwargs = args
+    else:
+      kwargs = [constructors.layer_kwarg(a, inner.target) for a in args]
+      kwargs = constructors.add_layer_defaults(inner.target, kwargs)
+    if _shared.call_name(original) is None:
+      name = self._auto_name(original, None, None)
+      if self.dynamic:
+        name = cst_util.expr(f'str(next({_shared.AUTONAME_VAR}))')
+      if name is not None:
+        kwargs = list(kwargs) + [cst_util.arg(name, 'name')]
+    self.rewrote(original, 'shared', '.shared(...) -> one module instance')
+    return cst.Call(func=ctor, args=cst_util.clean_args(kwargs))

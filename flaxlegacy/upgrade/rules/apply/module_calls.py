@@ -1,0 +1,247 @@
+"""Calls of what the callee resolves to (rules/resolver.py) in a module
+body: a legacy layer or module class -> construct (hyper-parameters,
+``name=`` with the legacy auto-name) + call (inputs); ``**d`` into a legacy
+module (rules/splat.py); a shared module's call; a class known only at run
+time (rules/runtime_modules.py); ``nn.dropout`` (stochastic.py) and legacy
+attention (rules/attention.py) go to their rules; a callee not known,
+called like a legacy module, gets a TODO."""
+
+import libcst as cst
+
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade.rules import _shared
+from flaxlegacy.upgrade.rules import attention as attention_rule
+from flaxlegacy.upgrade.rules import constructors
+from flaxlegacy.upgrade.rules import name_plan
+from flaxlegacy.upgrade.rules import runtime_modules
+from flaxlegacy.upgrade.rules import splat
+
+
+def _module_call_form(call):
+  """A call that passes ``name=`` or two or more positional arguments."""
+  positional = [a for a in call.args if a.keyword is None and not a.star]
+  return len(positional) >= 2 or any(
+      a.keyword is not None and a.keyword.value == 'name' for a in call.args)
+
+
+class ModuleCallRules:
+  """Calls of resolved legacy layers / modules."""
+
+  def _call_callee(self, original_node, updated_node):
+    """The call, by what its callee resolves to (the last case: always
+    answers)."""
+    f = original_node.func
+    ref = self.resolver(f)
+    if ref is None:
+      if isinstance(f, cst.Name) and f.value in self.resolver.why_not:
+        self.todo(original_node, self.resolver.why_not[f.value])
+      elif (isinstance(f, cst.Name) and f.value in self.fields
+            and self.info.defaults.get(f.value) in (None, 'None')
+            and _module_call_form(original_node)):
+        # a hyper-parameter called with hyper-parameters after the input
+        # or a name=: a legacy module (X.partial) by the look of it, but
+        # nothing in the codebase says what it holds (sam's conv=)
+        self.todo(original_node, f'{f.value!r} is called like a legacy '
+                  'module (arguments after the input, or a name=), but what '
+                  'it holds is not known here: if it is a legacy module, '
+                  'construct it with the hyper-parameters and call it on the '
+                  'input')
+      return updated_node
+    if ref.kind == 'dropout':
+      return self._dropout(original_node, updated_node)
+    if ref.kind == 'attention':
+      return attention_rule.rewrite(self, original_node, updated_node,
+                                    ref.target, guard=ref.extra)
+    if ref.kind == 'instance':
+      return updated_node  # calls a module instance (rules/partial_locals)
+    return self._module_call(original_node, updated_node, ref)
+
+  def _module_call(self, original, updated, ref):
+    if ref.kind == 'class' and ref.extra == 'runtime':
+      return runtime_modules.call(
+          self, original, updated, ref, lambda: self._auto_name(
+              original, None, cst.Module([]).code_for_node(updated.func)))
+    args = list(updated.args)
+    if any(a.star for a in args if a.star == '*'):
+      self.todo(original, 'submodule call with *args')
+      return updated
+    if ref.kind == 'shared':
+      # a call of a shared module variable: inputs only
+      target = ref.target
+      if target.kind == 'layer':
+        extra = [a for a in args[1:]]
+      else:
+        extra = [a for a in args if cst_util.kw(a) in target.target.fields]
+      if extra:
+        self.todo(original, 'call of a shared module with hyper-parameters')
+      return updated
+    target = constructors.partial_root(ref)
+    var_pos = None
+    if target.kind == 'layer':
+      sig = ('inputs',) + target.target.params
+      pos_sig = sig
+    else:
+      sig = tuple(target.target.params)
+      pos_sig = sig
+      var_pos = target.target.var_pos
+      if var_pos:  # positional arguments past the named ones: *args
+        pos_sig = tuple(p for p in sig if p not in target.target.kwonly)
+    bound = []  # (legacy param name or None, Arg)
+    var_kw = {}
+    splat_values = {}  # id(updated ** Arg) -> the legacy source's value
+    expanded = []
+    for a, o in zip(args, original.args):
+      keys = splat.literal_keywords(a.value) if a.star == '**' else None
+      if keys is not None:  # **{'k': v}: keywords of the call
+        expanded += [(cst_util.arg(v, k2), None) for k2, v in keys]
+      else:
+        expanded.append((a, o))
+    args = [a for a, _ in expanded]
+    for i, (a, o) in enumerate(expanded):
+      k = cst_util.kw(a)
+      if a.star == '**' and o is not None:
+        splat_values[id(a)] = o.value
+      if a.star == '**':
+        if target.kind == 'class' or not target.target.add_kwargs:
+          bound.append(('**', a))  # layer: keys renamed at run time below
+          continue
+        self.todo(original, f'legacy {target.target.legacy} call with '
+                  '**kwargs (the argument linen needs for legacy numbers '
+                  'may be among them)')
+        return updated
+      if k is None:
+        if i >= len(pos_sig) and var_pos:
+          bound.append(('*', a))
+          continue
+        if i >= len(pos_sig):
+          self.todo(original, 'more positional arguments than the legacy '
+                    'apply takes')
+          return updated
+        bound.append((pos_sig[i], a))
+      elif k == 'name':
+        bound.append(('name', a))
+      elif k in sig:
+        bound.append((k, a))
+      elif target.kind == 'class' and target.target.var_kw:
+        var_kw[k] = a
+      else:
+        self.todo(original, f'unknown argument {k!r} of a legacy module')
+        return updated
+    if target.kind == 'layer':
+      layer = target.target
+      origin = {id(a): o for a, o in expanded}
+      for k, a in list(bound):
+        if (layer.legacy, k) in layer_table.UNSUPPORTED_ARGS:
+          o = origin.get(id(a))
+          if o is not None and not o.star and self.holds_none(o.value):
+            # None, the legacy default: the default collection, linen's
+            bound.remove((k, a))
+            self.rewrote(original, 'collections', f'{k}=None dropped '
+                         '(the default collection)')
+            continue
+          self.todo(original, layer_table.UNSUPPORTED_ARGS[(layer.legacy, k)])
+          return updated
+      inputs = [a for k, a in bound if k == 'inputs']
+      ctor, positional_ok = [], ref.kind == 'layer'
+      for k, a in bound:
+        if k == 'inputs':
+          continue
+        if k == 'name':
+          ctor.append(a)
+          continue
+        if k == '**':
+          positional_ok = False
+          ctor.append(a.with_changes(value=constructors.renamed_kwargs(layer, a.value)))
+          continue
+        idx = layer.params.index(k)
+        lk = layer_table.linen_kwarg(layer, k)
+        if (positional_ok and a.keyword is None and idx < len(
+            layer.linen_fields) and layer.linen_fields[idx] == lk):
+          ctor.append(a)
+        else:
+          positional_ok = False
+          ctor.append(cst_util.arg(a.value, lk).with_changes(comma=a.comma))
+      if ref.kind == 'layer':
+        ctor = constructors.add_layer_defaults(layer, ctor)
+      call_args = [a.with_changes(keyword=None,
+                                  equal=cst.MaybeSentinel.DEFAULT)
+                   for a in inputs]
+      type_name = layer.legacy
+      if layer.note:
+        self.ctx.report.rewritten.append(
+            {'rule': 'layers', 'line': self.ctx.line(original),
+             'what': f'{layer.legacy}: {layer.note}'})
+    else:
+      info = target.target
+      ctor, call_args = [], []
+      splats = [a for k, a in bound if k == '**']
+      given = {kk for kk, _ in bound}
+      if len(splats) > 1:
+        self.todo(original, 'several dicts splatted into one legacy module '
+                  'call: split them by hand')
+        return updated
+      for k, a in bound:
+        if k == 'name' or k in info.fields:
+          ctor.append(a if a.keyword is not None else cst_util.arg(a.value, k))
+        elif k == '**':
+          new = self._splat(original, info, a, splat_values.get(id(a)),
+                            given, var_kw)
+          if new is None:
+            return updated
+          ctor.append(new[0])
+          if new[1] is not None:
+            call_args.append(cst.Arg(value=new[1], star='**'))
+          if info.var_kw:
+            var_kw = {}  # merged into the split
+        else:
+          call_args.append(a)
+      if var_kw:
+        items = ', '.join(f'{k!r}: {self.ctx.code_of(a.value)}'
+                          for k, a in var_kw.items())
+        ctor.append(cst_util.arg(cst_util.expr('{' + items + '}'), info.var_kw))
+      type_name = name_plan.type_name(target)
+    if _shared.call_name(original) is None and not name_plan.partial_named(ref):
+      if self.todo_all:
+        self.todo(original, self.todo_all)
+      ctor_src = None
+      if type_name is None and isinstance(original.func, cst.Name):
+        ctor_src = cst.Module([]).code_for_node(updated.func)
+      name = self._auto_name(original, type_name, ctor_src)
+      if name is None and type_name is None:
+        self.todo(original, 'cannot tell the legacy auto-name')
+      if name is not None:
+        ctor = list(ctor) + [cst_util.arg(name, 'name')]
+    func = constructors.ctor_expr(self, ref, updated.func)
+    self.rewrote(original, 'module_call', f'{type_name or "module"} call -> '
+                 'construct + call')
+    return cst.Call(func=cst.Call(func=func, args=cst_util.clean_args(ctor)),
+                    args=cst_util.clean_args(call_args))
+
+  def _splat(self, original, info, arg, legacy_value, given, var_kw):
+    """``**d`` in a call of the legacy module ``info`` (rules/splat.py):
+    (constructor Arg, call expression or None), or None after a TODO."""
+    if not info.var_kw and set(info.call) <= given:
+      # every call parameter passed explicitly: the keys are fields (or a
+      # TypeError, as in legacy)
+      return arg, None
+    caller = self.info
+    if (info.var_kw and legacy_value is not None
+        and getattr(caller, 'var_kw', None) not in self.assigned_fields
+        and splat.forwarded_whole(caller, info, legacy_value, given)):
+      value = arg.value
+      if var_kw:
+        items = ', '.join(f'{k!r}: {self.ctx.code_of(a.value)}'
+                          for k, a in var_kw.items())
+        value = cst_util.expr(f'{{**{self.ctx.code_of(value)}, {items}}}')
+      self.rewrote(original, 'splat', f'**{info.var_kw} forwarded whole')
+      return cst_util.arg(value, info.var_kw), None
+    split, why = splat.runtime_split(
+        self, info, arg.value, [(k, a.value) for k, a in var_kw.items()],
+        self.ctx.code_of)
+    if split is None:
+      self.todo(original, why)
+      return None
+    self.rewrote(original, 'splat', f'**dict into {info.name}: split into '
+                 'fields / catch-all at run time')
+    return cst.Arg(value=split[0], star='**'), split[1]
