@@ -1,5 +1,6 @@
 """A module body's rewriter, by concept: rules/apply_rewriter.py composes
-``ApplyRewriter`` from one mixin per legacy concept (rules/apply/).
+``ApplyRewriter`` from one mixin per legacy concept (rules/apply/) and a
+file's ``Upgrader`` (rules/rewriter.py).
 
 Every call case a concept module defines is in one of the tables the one
 ``leave_Call`` tries (a case missing from them would silently never run),
@@ -14,6 +15,7 @@ import textwrap
 
 from flaxlegacy.upgrade import upgrade_source
 from flaxlegacy.upgrade.rules import apply_rewriter
+from flaxlegacy.upgrade.rules import rewriter
 from flaxlegacy.upgrade.rules.apply import module_calls
 
 PACKAGE = os.path.dirname(inspect.getfile(module_calls))
@@ -55,6 +57,18 @@ def test_callee_case_is_last():
   # it always answers (the call as it was, with a TODO where one is due)
   assert apply_rewriter.CALL_CASES[-1] is (
       module_calls.ModuleCallRules._call_callee)  # pylint: disable=protected-access
+
+
+def test_file_call_cases_are_the_upgraders_in_order():
+  # a file's rules (rules/rewriter.py): recurrent cells first, the
+  # module-level .partial (and its TODO) last, as it always answers
+  own = [fn for n, fn in vars(rewriter.Upgrader).items()
+         if n.startswith('_call_')]
+  assert len(own) == 3
+  assert rewriter.FILE_CALL_CASES[1:] == tuple(own)
+  assert rewriter.FILE_CALL_CASES[-1] is (
+      rewriter.Upgrader._call_module_level_partial)  # pylint: disable=protected-access
+  assert rewriter.FILE_CALL_CASES[0].__module__.endswith('.recurrent')
 
 
 def test_concept_modules_import_nothing_of_their_package():

@@ -260,9 +260,15 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     return True
 
   def leave_Call(self, original_node, updated_node):
-    new = recurrent.leave_call(self, original_node, updated_node)
-    if new is not None:
-      return new
+    for case in FILE_CALL_CASES:
+      new = case(self, original_node, updated_node)
+      if new is not None:
+        return new
+    return updated_node
+
+  def _call_jax_name(self, original_node, updated_node):
+    """A call of a name JAX removed, or whose keywords it renamed
+    (rules/jax_names.py), else None."""
     q = jax_names.qualify(original_node.func, self.ctx.facts.imports)
     if q in jax_names.CALLS:
       new = jax_names.rewrite_call(updated_node, q, self.ctx.facts.imports,
@@ -292,6 +298,11 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
       if new is not None:
         self.rewrote(original_node, 'jax_names', f'{q}(...) keywords renamed')
         return new
+    return None
+
+  def _call_local_partial(self, original_node, updated_node):
+    """A call of a local partial in a plain function
+    (rules/partial_calls.py), else None."""
     plan = self._partial_calls.get(id(original_node))
     if plan is not None:
       if plan[0] == 'todo':
@@ -299,6 +310,12 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
         return updated_node
       return partial_calls.rewrite_call(self, original_node, updated_node,
                                         *plan[1])
+    return None
+
+  def _call_module_level_partial(self, original_node, updated_node):
+    """``X.partial(...)`` outside module bodies (rules/partials.py); an X
+    not known as a legacy module gets a TODO (the last case: always
+    answers)."""
     new = partials.module_level_partial_leave(self, original_node, updated_node)
     f = original_node.func
     # (only here: a subclass with a leave_Call of its own, the module-body
@@ -358,3 +375,16 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     if info is None or info.kind != 'function':
       return updated_node
     return self.ctx.convert_function(self, original_node, info)
+
+
+# pylint: disable=protected-access
+# The cases of a call in a file, in the order they are tried (the first
+# answer that is not None wins; the last always answers).  A module body's
+# rewriter (rules/apply_rewriter.py) tries them between its own.
+FILE_CALL_CASES = (
+    recurrent.leave_call,
+    Upgrader._call_jax_name,
+    Upgrader._call_local_partial,
+    Upgrader._call_module_level_partial,
+)
+# pylint: enable=protected-access
