@@ -137,8 +137,25 @@ def test_upgrade_imports_have_no_cycle():
 
 def test_facts_import_no_rules():
   graph = import_graph()
-  for name in ('facts', 'flow'):
+  # flow.py's parts (flow_facts/) too
+  parts = sorted(n[len(PACKAGE) + 1:] for n in graph
+                 if n.startswith(f'{PACKAGE}.flow_facts.'))
+  assert 'flow_facts.expressions' in parts
+  for name in ['facts', 'flow'] + parts:
     rules = sorted(f'{t} (line {l})' for t, l in graph[f'{PACKAGE}.{name}']
                    if t == f'{PACKAGE}.rules'
                    or t.startswith(f'{PACKAGE}.rules.'))
     assert not rules, f'{name}.py imports rule modules: {rules}'
+
+
+def test_flow_parts_import_only_shared_and_queries():
+  # flow.py composes them; none imports flow.py or another part (but the
+  # shared tables and the queries)
+  graph = import_graph()
+  allowed = {f'{PACKAGE}.flow_facts.shared', f'{PACKAGE}.flow_facts.queries'}
+  for name in sorted(graph):
+    if not name.startswith(f'{PACKAGE}.flow_facts.'):
+      continue
+    inside = {t for t, _ in graph[name]
+              if t == f'{PACKAGE}.flow' or t.startswith(f'{PACKAGE}.flow_')}
+    assert inside <= allowed - {name}, f'{name} imports {sorted(inside)}'

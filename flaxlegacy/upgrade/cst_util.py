@@ -5,7 +5,8 @@ imports inside functions too; tests/test_upgrade_layers.py checks it):
 
 1. leaves: this module, walk.py, positions.py, gin_bindings.py,
    layer_table.py (the legacy layer table);
-2. facts: the fact collectors (collectors/), facts.py, flow.py;
+2. facts: the fact collectors (collectors/), facts.py, flow.py (its parts
+   in flow_facts/);
 3. rules (rules/): read the facts, and import each other downwards only;
 4. drivers: transform.py, api.py, report.py, verify.py, cli.py.
 
