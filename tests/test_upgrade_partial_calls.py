@@ -148,3 +148,46 @@ def test_model_of_no_module_has_no_apply_function():
       ''')
   assert 'None()' not in out, out
   assert 'apply_fn=None,' in out, out
+
+
+def test_shared_and_call_of_a_partial_never_left_silently():
+  # The partial becomes functools.partial, which has no .shared / .call:
+  # each such use keeps a TODO (outside a module definition, and a partial
+  # held by a name inside one); .shared of a layer in a body is rewritten.
+  src = textwrap.dedent('''\
+      from flax import nn
+
+      layer = nn.Dense.partial(features=2)
+      shared_layer = layer.shared(name='x')
+
+
+      def f():
+        return nn.Conv.partial(features=3).shared(name='c')
+
+
+      def k():
+        return nn.Dense.partial(features=3).call
+
+
+      class M(nn.Module):
+
+        def apply(self, x):
+          e = layer.shared(name='e')
+          d = nn.Dense.partial(features=3).shared(name='d')
+          return e(d(d(x)))
+  ''')
+  new, report = upgrade_source(src)
+  lines = new.splitlines()
+  for use in ("shared_layer = layer.shared(name='x')",
+              "return functools.partial(nn.Conv, features=3).shared(name='c')",
+              'return functools.partial(nn.Dense, features=3).call',
+              "e = layer.shared(name='e')"):
+    i = next(i for i, l in enumerate(lines) if l.strip() == use)
+    assert lines[i - 1].strip().startswith('# TODO(flaxlegacy upgrade)'), (
+        use, new)
+  assert "d = nn.Dense(features=3, name='d')" in new
+  whys = [e['why'] for e in report.left]
+  assert sum('.shared' in w for w in whys) == 3 and sum(
+      '.call' in w for w in whys) == 1, whys
+  i = lines.index("    d = nn.Dense(features=3, name='d')")
+  assert 'TODO' not in lines[i - 1]

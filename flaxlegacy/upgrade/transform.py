@@ -83,11 +83,12 @@ def _relevance(file_facts, codebase):
     words.add(q.rsplit('.', 1)[-1])
   words.update(file_facts.modules)
   words.update(file_facts.partial_helpers)
+  words.update(getattr(file_facts, 'partial_aliases', ()))  # X = nn.Y.partial
   for f in codebase.files.values():
     words.update(f.modules)
   words.update(p.split('.')[-1] for p in file_facts.nn_prefixes)
-  alternatives = [r'\bimport\b', r'\.partial\b', 'jax\\.config',
-                  r'_by_shape\b']
+  alternatives = [r'\bimport\b', r'\.partial\b', r'\.shared\b',
+                  'jax\\.config', r'_by_shape\b']
   removed = jax_names.removed_name_pattern(file_facts.imports)
   if removed:
     alternatives.append(removed)

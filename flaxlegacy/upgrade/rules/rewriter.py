@@ -46,6 +46,9 @@ PROGRAM_METHODS = frozenset(('init', 'init_by_shape', 'call', 'create',
 # Methods only legacy modules have: any call left after the program rules
 # is legacy code whatever its receiver.
 LEGACY_ONLY_METHODS = frozenset(('init_by_shape', 'create_by_shape'))
+# Methods of a legacy module class that a partial of it had too; a
+# functools.partial has neither.
+INSTANCE_METHODS = frozenset(('shared', 'call'))
 
 
 _LINEN_NAMES = []
@@ -110,6 +113,22 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     if flow is None:
       return None
     return flow.values_of(self.ctx.facts.path, self.qual(), expr)
+
+  def _legacy_partial(self, expr, by_name=True):
+    """Whether ``expr`` (an original node) is ``X.partial(...)`` of a legacy
+    module, or (``by_name``) a name whose values (flow.py) are all legacy
+    modules (``.call`` of such a name: rules/drivers.py and the run-time
+    life cycle rewrite it where it stays, so only ``.shared`` is asked)."""
+    if isinstance(expr, cst.Call) and isinstance(
+        expr.func, cst.Attribute) and expr.func.attr.value == 'partial':
+      head = expr.func.value
+      return bool(cst_util.legacy_attr(head, self.ctx.facts.nn_prefixes) or (
+          isinstance(head, cst.Name) and self.ctx.codebase.module(
+              self.ctx.facts, head.value)))
+    if not by_name or not isinstance(expr, cst.Name):
+      return False
+    vals = self.flow_values(expr)
+    return bool(vals) and all(v[0] in ('class', 'layer') for v in vals)
 
   # -- bookkeeping --
   def rewrote(self, node, rule, what):
@@ -240,6 +259,22 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
                 f'{original_node.attr.value}: legacy module life cycle is '
                 'program-level, in a form the program-level rules do not '
                 'rewrite')
+    elif (original_node.attr.value in INSTANCE_METHODS
+          and id(original_node) not in self._handled
+          and (self.ctx.facts.nn_prefixes or self.ctx.codebase.modules)
+          and self._legacy_partial(
+              original_node.value,
+              by_name=original_node.attr.value == 'shared')):
+      # ``nn.Conv.partial(...).shared(...)`` outside a module's apply: the
+      # partial became functools.partial, which has no such method
+      self.todo(original_node, f'{self.ctx.code_of(original_node)}: a legacy '
+                f'module\'s .{original_node.attr.value} outside a module '
+                'definition; linen has none (build the module once, in a '
+                'compact method, and call it where the shared instance was '
+                'used)' if original_node.attr.value == 'shared' else
+                f'{self.ctx.code_of(original_node)}: a legacy module\'s '
+                '.call outside a module definition; linen has none (use '
+                'Module.apply with the parameters)')
     elif (original_node.attr.value in LEGACY_ONLY_METHODS
           and (self.ctx.facts.nn_prefixes or self.ctx.codebase.modules)):
       # Left by the program rules (they rewrite those on a module they

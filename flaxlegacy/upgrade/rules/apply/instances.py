@@ -51,6 +51,16 @@ class InstanceRules:
         if f.attr.value == 'partial':
           return partials.partial_call(self, original_node, updated_node, inner)
         return self._shared(original_node, updated_node, inner)
+      if f.attr.value == 'shared' and (
+          (inner is not None and inner.kind == 'partial')
+          or self._legacy_partial(f.value)):
+        # a partial held by a name: it became functools.partial, which has
+        # no .shared (never left silently)
+        self.todo(original_node, f'{self.ctx.code_of(f.value)}.shared(...): '
+                  'a shared instance of a module partial held by a name; '
+                  'build it once (the partial called with the keywords and '
+                  'name=) and call that instance')
+        return updated_node
     return None
 
   def _instance(self, original, updated, inner):
