@@ -208,10 +208,25 @@ def upgrade_source(code, path='<source>', names='legacy'):
 _FORKED = {}  # what forked workers read (inherited, not pickled)
 
 
+def _upgrade_file(sf, codebase):
+  """The file's new source; where a rule fails on a construct it does not
+  know, the file as it was, the failure in the report (``failed``) and
+  the run going on with the other files."""
+  try:
+    return transform.upgrade_module(sf.rel, sf.module, codebase, sf.report,
+                                    sf.statement_texts, sf.code)
+  except Exception as e:  # pylint: disable=broad-except
+    first = str(e).splitlines()[0] if str(e) else ''
+    sf.report.failed = (f'{sf.path}: the upgrade failed on this file '
+                        f'({type(e).__name__}: {first}); it is left as it '
+                        'was (please report the construct)')
+    del sf.report.rewritten[:], sf.report.left[:], sf.report.modules[:]
+    return sf.code
+
+
 def _transform_one(index):
   sf = _FORKED['files'][index]
-  code = transform.upgrade_module(sf.rel, sf.module, _FORKED['codebase'],
-                                  sf.report, sf.statement_texts, sf.code)
+  code = _upgrade_file(sf, _FORKED['codebase'])
   return code, sf.report
 
 
@@ -237,10 +252,7 @@ def _transform_all(files, codebase):
     finally:
       _FORKED.clear()
   for i in todo:
-    sf = files[i]
-    sf.new_code = transform.upgrade_module(sf.rel, sf.module, codebase,
-                                           sf.report, sf.statement_texts,
-                                           sf.code)
+    files[i].new_code = _upgrade_file(files[i], codebase)
 
 
 def _src_names(srcs):

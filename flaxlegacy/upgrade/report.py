@@ -32,6 +32,8 @@ def build(files, codebase, shipped=()):
           'files_changed': sum(1 for sf in files if sf.new_code is not None
                                and sf.new_code != sf.code),
           'syntax_errors': [sf.error for sf in files if sf.error],
+          'failed': [sf.report.failed for sf in files
+                     if getattr(sf.report, 'failed', None)],
           'modules_rewritten': len(modules),
           'rewrites': sum(len(sf.report.rewritten) for sf in files),
           'todos': todos,
@@ -59,6 +61,8 @@ def summary_text(report):
            f"classes rewritten, {s['rewrites']} rewrites, {s['todos']} TODOs"]
   for e in s['syntax_errors']:
     lines.append(f'  skipped (syntax error): {e}')
+  for e in s.get('failed', ()):
+    lines.append(f'  not upgraded: {e}')
   for c in report.get('shipped', ()):
     lines.append(f"  helpers copied into {c['path']} (import {c['import']}): "
                  f"{', '.join(sorted(c['names']))}")

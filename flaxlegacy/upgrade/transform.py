@@ -26,11 +26,15 @@ class FileReport:
     self.error = None
     self.modules = []
     self.renames = []  # --names linen: one rename-map entry per class
+    self.failed = None  # why the rules failed on the file (api.py)
 
   def as_dict(self):
-    return {'rewritten': self.rewritten, 'left': self.left,
-            'modules': [m['class'] for m in self.modules],
-            'error': self.error}
+    out = {'rewritten': self.rewritten, 'left': self.left,
+           'modules': [m['class'] for m in self.modules],
+           'error': self.error}
+    if self.failed:
+      out['failed'] = self.failed
+    return out
 
 
 class Context:

@@ -257,12 +257,6 @@ class ApplyRewriter(instances.InstanceRules, stochastic.StochasticRules,
     values = self.flow_values(expr)
     return values is not None and values == frozenset({flow_lib.NONE})
 
-  def _prefix(self):
-    prefixes = sorted(self.ctx.facts.nn_prefixes)
-    p = prefixes[0] if prefixes else 'nn'
-    return p.replace('flax.deprecated.nn', 'flax.linen').replace(
-        'flax.nn', 'flax.linen')
-
   def _auto_name(self, original, ref_type_name, ctor_src):
     """The ``name=`` argument to add for an auto-named call, or None."""
     if self.dynamic:

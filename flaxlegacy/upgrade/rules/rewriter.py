@@ -130,6 +130,15 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     vals = self.flow_values(expr)
     return bool(vals) and all(v[0] in ('class', 'layer') for v in vals)
 
+  def _prefix(self):
+    """How this file spells linen: its legacy ``nn`` prefix (``flax.nn``
+    spelled out becomes ``flax.linen``); module level and in module bodies
+    (rules/constructors.py)."""
+    prefixes = sorted(self.ctx.facts.nn_prefixes)
+    p = prefixes[0] if prefixes else 'nn'
+    return p.replace('flax.deprecated.nn', 'flax.linen').replace(
+        'flax.nn', 'flax.linen')
+
   # -- bookkeeping --
   def rewrote(self, node, rule, what):
     self.ctx.report.rewritten.append(
