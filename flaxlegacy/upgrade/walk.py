@@ -64,19 +64,24 @@ def _fields_of(cls):
   return fields
 
 
+def _refuse_attribute_hooks(cls, base, instead):
+  """A subclass of ``base`` defining ``visit_<Node>_<field>`` hooks (the
+  fast walks never call them; libcst's own stubs are not the subclass's):
+  a TypeError naming them."""
+  own = cls.__mro__[:cls.__mro__.index(base)]
+  hooks = sorted({n for k in own for n in vars(k) if _ATTRIBUTE_HOOK.match(n)})
+  if hooks:
+    raise TypeError(f'{cls.__name__}: {base.__name__} does not call attribute '
+                    f'hooks ({", ".join(hooks)}); use {instead}')
+
+
 class FastVisitor(cst.CSTVisitor):
   """A ``cst.CSTVisitor`` whose walk copies nothing (see the module
   docstring).  ``node.visit(v)`` works as with any visitor."""
 
   def __init_subclass__(cls, **kwargs):
     super().__init_subclass__(**kwargs)
-    # the hooks the subclasses define (cst.CSTVisitor's own are stubs)
-    own = cls.__mro__[:cls.__mro__.index(FastVisitor)]
-    hooks = sorted({n for k in own for n in vars(k)
-                    if _ATTRIBUTE_HOOK.match(n)})
-    if hooks:
-      raise TypeError(f'{cls.__name__}: FastVisitor does not call attribute '
-                      f'hooks ({", ".join(hooks)}); use cst.CSTVisitor')
+    _refuse_attribute_hooks(cls, FastVisitor, 'cst.CSTVisitor')
 
   def on_visit(self, node):
     # cst.CSTVisitor.on_visit, with the visit_X look-up cached per class
@@ -283,13 +288,7 @@ class FastTransformer(cst.CSTTransformer):
 
   def __init_subclass__(cls, **kwargs):
     super().__init_subclass__(**kwargs)
-    own = cls.__mro__[:cls.__mro__.index(FastTransformer)]
-    hooks = sorted({n for k in own for n in vars(k)
-                    if _ATTRIBUTE_HOOK.match(n)})
-    if hooks:
-      raise TypeError(f'{cls.__name__}: FastTransformer does not call '
-                      f'attribute hooks ({", ".join(hooks)}); use '
-                      'cst.CSTTransformer')
+    _refuse_attribute_hooks(cls, FastTransformer, 'cst.CSTTransformer')
 
   def on_visit(self, node):
     # cst.CSTTransformer.on_visit, the visit_X look-up cached per class

@@ -151,6 +151,15 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
   def visit_ImportFrom(self, node):
     self._in_import += 1
 
+  def _legacy_import_todo(self, original_node, updated_node):
+    """An import of legacy API the program rules left: kept, with a TODO."""
+    legacy = imports_rule.is_legacy_import(updated_node)
+    if legacy:
+      self.todo(original_node, f'{legacy} is legacy API outside module '
+                'definitions, used here in a way the program-level rules do '
+                'not rewrite')
+    return updated_node
+
   def leave_Import(self, original_node, updated_node):
     self._in_import -= 1
     new = imports_rule.rewrite_import(updated_node) or jax_names.rename_import(
@@ -158,12 +167,7 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     if new is not None:
       self.rewrote(original_node, 'imports', 'import -> linen / modern path')
       return new
-    legacy = imports_rule.is_legacy_import(updated_node)
-    if legacy:
-      self.todo(original_node, f'{legacy} is legacy API outside module '
-                'definitions, used here in a way the program-level rules do '
-                'not rewrite')
-    return updated_node
+    return self._legacy_import_todo(original_node, updated_node)
 
   def leave_ImportFrom(self, original_node, updated_node):
     self._in_import -= 1
@@ -187,12 +191,7 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     if new is not None:
       self.rewrote(original_node, 'jax_names', 'import of a removed JAX / NumPy / Python name')
       return new
-    legacy = imports_rule.is_legacy_import(updated_node)
-    if legacy:
-      self.todo(original_node, f'{legacy} is legacy API outside module '
-                'definitions, used here in a way the program-level rules do '
-                'not rewrite')
-    return updated_node
+    return self._legacy_import_todo(original_node, updated_node)
 
   # -- removed JAX names --
   def visit_Attribute(self, node):
