@@ -233,7 +233,7 @@ def _convert_method(up, info, fn, shared=False):
   rw = apply_rewriter.ApplyRewriter(up, minfo, fn)
   if rw.dynamic and not shared:
     return None, 'its submodule names depend on loops or conditions', None
-  body = fn.body.visit(rw)
+  body = walk.transform(fn.body, rw)
   if rw.assigned_fields:
     return None, f'it assigns the parameter {rw.assigned_fields[0]!r}', None
   body = body.visit(_DropFieldDels())

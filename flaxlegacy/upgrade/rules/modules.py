@@ -32,6 +32,7 @@ rules/resolver.py's, the auto-name plan rules/name_plan.py's.
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import apply_rewriter
 from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
@@ -58,7 +59,7 @@ def _body_of(up, info, fn, methods_plan=None):
   """The rewritten ``__call__`` FunctionDef for ``fn`` (apply / function)."""
   rw = (methods_plan.rewriter(up, info, fn) if methods_plan is not None
         else apply_rewriter.ApplyRewriter(up, info, fn))
-  body = fn.body.visit(rw)
+  body = walk.transform(fn.body, rw)
   ps = fn.params
   plist = list(ps.posonly_params) + list(ps.params)
   if info.kind == 'class':
@@ -126,7 +127,7 @@ def _fields(up, info):
     line = f'{f}: {ann}' + (f' = {default}' if default is not None else '')
     # The default is legacy source: the generic rules (flax.nn spelled out,
     # removed JAX names, TODOs on legacy layers) apply to it as to the body.
-    out.append(cst.parse_statement(line + '\n').visit(up))
+    out.append(walk.transform(cst.parse_statement(line + '\n'), up))
   if info.var_kw:
     up.ctx.needed_imports.add('dataclasses')
     up.ctx.needed_imports.add('typing.Any')
