@@ -1,7 +1,10 @@
 """flaxlegacy upgrade: a legacy module's ``call`` taken as a function
-(``fn = M.call``, ``jax.pmap(M.call)``, big_transfer's training script's
-shape) becomes a lambda over ``M().apply``; a legacy optimizer's ``.state``
-other than ``.state.step`` keeps its code with a TODO.
+(``fn = M.call``, ``jax.pmap(M.call)``, big_transfer's and vit's training
+scripts' shape) becomes ``legacy_model.module_call(M)`` (the keywords it is
+called with split between M's fields and ``__call__`` at run time: vit
+calls ``vit_fn(params, x, train=True)``, ``train`` a field in linen); a
+legacy optimizer's ``.state`` other than ``.state.step`` keeps its code
+with a TODO.
 
 The program runs twice: the legacy source under the layer and the upgraded
 tree with ``FLAXLEGACY=off``; the numbers must agree.
@@ -21,10 +24,10 @@ NET = '''\
 
     class Net(nn.Module):
 
-      def apply(self, x, features=3, width=4):
+      def apply(self, x, features=3, width=4, scale=1.0):
         x = nn.Dense(x, width, kernel_init=nn.initializers.ones)
-        return nn.Dense(nn.tanh(x), features,
-                        kernel_init=nn.initializers.lecun_normal())
+        return scale * nn.Dense(nn.tanh(x), features,
+                                kernel_init=nn.initializers.lecun_normal())
 
 
     TABLE = {'small': Net.partial(width=5)}
@@ -72,6 +75,7 @@ PROGRAM = '''\
                                           x[None])).tolist(),
              'trained': np.asarray(fn(jax_utils.unreplicate(opt.target),
                                       x)).tolist(),
+             'scaled': np.asarray(fn(params, x, scale=2.0)).tolist(),
              'step': int(opt.state.step[0])}
       print(json.dumps(out))
 
@@ -84,10 +88,9 @@ def test_call_taken_as_a_function_upgraded_and_same_numbers(tmp_path):
   src, out, report = upgrade_run.upgrade_dir(
       tmp_path, {'net.py': NET, 'program.py': PROGRAM})
   new = (out / 'program.py').read_text()
-  assert ("fn = lambda params, *inputs, **kwargs: Model().apply("
-          "{'params': params}, *inputs, **kwargs)") in new
-  assert ("fn_repl = jax.pmap(lambda params, *inputs, **kwargs: "
-          "Model().apply({'params': params}, *inputs, **kwargs))") in new
+  assert 'fn = legacy_model.module_call(Model)' in new
+  assert 'fn_repl = jax.pmap(legacy_model.module_call(Model))' in new
+  assert 'import legacy_helpers as legacy_model' in new
   assert '.call' not in new
   assert TODO not in new
   assert not report['files']['program.py']['left']
@@ -95,9 +98,11 @@ def test_call_taken_as_a_function_upgraded_and_same_numbers(tmp_path):
   legacy = upgrade_run.run_json(src, code, False)
   upgraded = upgrade_run.run_json(out, code, True)
   assert legacy['step'] == upgraded['step'] == 2
-  for k in ('y', 'y_repl', 'trained'):
+  for k in ('y', 'y_repl', 'trained', 'scaled'):
     np.testing.assert_allclose(upgraded[k], legacy[k], rtol=1e-5, atol=1e-6,
                                err_msg=k)
+  np.testing.assert_allclose(legacy['scaled'], 2 * np.asarray(legacy['y']),
+                             rtol=1e-6)
   # the training moved the outputs (the comparison is not vacuous)
   assert np.abs(np.asarray(legacy['trained']) -
                 np.asarray(legacy['y'])).max() > 1e-3

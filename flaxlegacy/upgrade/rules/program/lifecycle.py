@@ -342,7 +342,10 @@ class LifecycleRules:
 
   def _attr_module_call(self, original_node, updated_node, k):
     """``M.call`` taken as a function, not called here (``fn = M.call``,
-    ``jax.pmap(M.call)``) -> a lambda over ``M().apply``."""
+    ``jax.pmap(M.call)``) -> ``legacy_model.module_call(M)``: the same
+    function of the parameters and inputs; the keywords it is called with
+    are split between M's fields and ``__call__`` at run time (``fn(params,
+    x, train=True)`` where ``train`` is a field in linen)."""
     del k
     if (id(original_node) in self._called_funcs
         or not self._known_module(original_node.value)):
@@ -355,17 +358,14 @@ class LifecycleRules:
         or self._stateful or self._stochastic):
       # the positional arguments it will get may be fields in linen (the
       # module's inputs are not its first parameters), or the call runs
-      # under a legacy collection / rng scope the lambda would not see
+      # under a legacy collection / rng scope rewritten statically here
       self.todo(original_node, f'{code}.call taken as a function: the '
                 'arguments it will be called with are not known here to be '
                 'the module\'s inputs; use M(fields).apply({"params": '
                 'params}, inputs)')
       return updated_node
-    ctor = self.module_ctor(original_node.value)
-    self.note(original_node, 'M.call as a function -> a lambda over '
-              'M().apply')
-    # legacy Module.call(params, *inputs, **kwargs): inputs past the
-    # module's __call__ parameters, or keywords that became fields, fail
-    # in linen with a TypeError (never a silent number)
-    return _e(f"lambda params, *inputs, **kwargs: {ctor}.apply("
-              "{'params': params}, *inputs, **kwargs)")
+    self.imports.add(MODEL_HELPER_IMPORT)
+    self.note(original_node, 'M.call as a function -> '
+              'legacy_model.module_call(M)')
+    return cst.Call(func=_e('legacy_model.module_call'),
+                    args=[cst.Arg(value=updated_node.value)])
