@@ -40,12 +40,15 @@ class FileReport:
 class Context:
   """What every transformer of one file shares."""
 
-  def __init__(self, file_facts, codebase, report, positions, code_of):
+  def __init__(self, file_facts, codebase, report, positions, code_of,
+               target='linen'):
     self.facts = file_facts
     self.codebase = codebase
     self.report = report
     self.positions = positions
     self.code_of = code_of
+    # what the module rules' plans are written as (upgrade/emit/)
+    self.target = target
     self.needed_imports = set()  # 'functools', 'itertools', 'typing.Any'
     # name -> source of a small function the rewritten code calls, written
     # once into the file after its imports (rules/splat.py)

@@ -1,0 +1,20 @@
+"""Emitters: plans (upgrade/plans.py) -> the target's code.
+
+One emitter class per target; a rewriter holds one instance, made by
+``emitter(target, rw)``.  Only ``'linen'`` exists today (linen + optax);
+an NNX target adds its class here and reuses the rules and their plans.
+Emitters import no rule (tests/test_upgrade_layers.py).
+"""
+
+from flaxlegacy.upgrade.emit import linen
+
+TARGETS = {'linen': linen.LinenEmitter}
+
+
+def emitter(target, rw):
+  """The emitter of ``target`` writing for the rewriter ``rw``."""
+  cls = TARGETS.get(target)
+  if cls is None:
+    raise ValueError(f'unknown upgrade target {target!r}: known targets are '
+                     f'{sorted(TARGETS)}')
+  return cls(rw)
