@@ -238,3 +238,57 @@ class ModuleBase:
   base: Any
   dotted: str
   spelled_out: bool
+
+
+# -- module methods (legacy ``@nn.module_method``) --
+
+
+@_plan
+class ModuleMethod:
+  """A legacy module method kept as a method of the class: ``fn`` the
+  legacy FunctionDef, ``params`` the parameters it keeps (those that are
+  fields dropped: the fields hold them), ``body`` its rewritten body,
+  ``autoname_counter`` as in CallMethod."""
+  fn: Any
+  params: Any
+  body: Any
+  autoname_counter: Optional[str] = None
+
+
+@_plan
+class Setup:
+  """Submodules built once, when the module is set up, under their legacy
+  names, and shared by every method that used them: ``submodules``,
+  (attribute, construction) pairs in order; each construction is the
+  rewritten constructor call (the same at every place that built it)."""
+  submodules: Tuple[Tuple[str, Any], ...]
+
+
+@_plan
+class SubmoduleAttr:
+  """The submodule a Setup built under the attribute ``attr``."""
+  attr: str
+
+
+@_plan
+class SharedScope:
+  """One scope the module's entry points (``entry_points``: ``__call__``
+  and the module methods, by name) run their bodies in, so that whichever
+  runs builds the submodules inline under their legacy names and finds
+  those another built: ``name`` of the method that opens it, and
+  ``decorator``, the call method's (written by the emitter before)."""
+  name: str
+  entry_points: Tuple[str, ...]
+  decorator: Any
+
+
+@_plan
+class ScopedMethod:
+  """An entry point that runs its body in a SharedScope: ``fn`` the
+  method, ``scope`` the SharedScope's name, ``body_name`` the private
+  method its body moves to, ``drop_decorators`` ids of the decorators
+  that belong to the scope instead (the call method's)."""
+  fn: Any
+  scope: str
+  body_name: str
+  drop_decorators: Any = frozenset()

@@ -208,6 +208,22 @@ class LinenEmitter:
                          f'{c!r} in self.variables)')
 
   # -- module definitions --
+  def _prologue(self, body, prologue, counter):
+    """``body`` with ``prologue`` statements (and the auto-name counter,
+    when ``counter`` names it) first, after its docstring."""
+    prologue = list(prologue)
+    if counter is not None:
+      self._ctx.needed_imports.add('itertools')
+      prologue.append(cst.parse_statement(
+          f'{counter} = itertools.count()  # legacy auto-names: '
+          'one counter for all submodules\n'))
+    if prologue:
+      stmts = list(body.body)
+      at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0
+      stmts[at:at] = prologue
+      body = body.with_changes(body=stmts)
+    return body
+
   def field(self, plan):
     """Field -> a dataclass field statement (``name: ann = default``)."""
     needed = self._ctx.needed_imports
@@ -248,19 +264,9 @@ class LinenEmitter:
       params = cst.Parameters(params=[self_param] + [
           p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
           for p in plan.inputs])
-    body = plan.body
     prologue = [cst.parse_statement(f'{f} = self.{f}\n')
                 for f in plan.copied_fields]
-    if plan.autoname_counter is not None:
-      self._ctx.needed_imports.add('itertools')
-      prologue.append(cst.parse_statement(
-          f'{plan.autoname_counter} = itertools.count()  # legacy auto-names: '
-          'one counter for all submodules\n'))
-    if prologue:
-      stmts = list(body.body)
-      at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0
-      stmts[at:at] = prologue
-      body = body.with_changes(body=stmts)
+    body = self._prologue(plan.body, prologue, plan.autoname_counter)
     compact = cst.Decorator(decorator=cst_util.expr(self._prefix() + '.compact'))
     return plan.fn.with_changes(name=cst.Name('__call__'), params=params,
                                 body=body, decorators=[compact],
@@ -290,3 +296,86 @@ class LinenEmitter:
     else:
       new = plan.dotted[:-len('.base.Module')] + '.Module'
     return plan.base.with_changes(value=cst_util.expr(new))
+
+  # -- module methods --
+  def module_method(self, plan):
+    """ModuleMethod -> a plain method (linen has no module_method)."""
+    body = self._prologue(plan.body, [], plan.autoname_counter)
+    return plan.fn.with_changes(decorators=[], params=plan.params, body=body)
+
+  def setup(self, plan):
+    """Setup -> ``def setup(self): self.<attr> = <construction>``."""
+    lines = [cst.parse_statement(
+        f'self.{attr} = {cst.Module([]).code_for_node(call)}\n')
+             for attr, call in plan.submodules]
+    return cst.FunctionDef(
+        name=cst.Name('setup'),
+        params=cst.Parameters(params=[cst.Param(name=cst.Name('self'))]),
+        body=cst.IndentedBlock(body=lines),
+        leading_lines=[cst.EmptyLine(indent=False)])
+
+  def submodule_attr(self, plan):
+    return cst.Attribute(value=cst.Name('self'), attr=cst.Name(plan.attr))
+
+  def shared_scope(self, plan):
+    """SharedScope -> the one compact method the entry points run in
+    (linen allows one compact method per class)."""
+    names = ', '.join(plan.entry_points)
+    return cst.FunctionDef(
+        name=cst.Name(plan.name),
+        params=cst.Parameters(
+            params=[cst.Param(name=cst.Name('self')),
+                    cst.Param(name=cst.Name('method'))],
+            star_arg=cst.Param(name=cst.Name('args')),
+            star_kwarg=cst.Param(name=cst.Name('kwargs'))),
+        decorators=[plan.decorator],
+        body=cst.IndentedBlock(body=[cst.SimpleStatementLine(
+            [cst.Return(value=cst.parse_expression('method(*args, **kwargs)'))],
+            leading_lines=[cst.EmptyLine(comment=cst.Comment(c)) for c in (
+                '# linen allows one compact method: ' + names + ' run their',
+                '# legacy bodies through this one, so they build and share the',
+                '# same submodules, under the names legacy gave them')])]),
+        leading_lines=[cst.EmptyLine(indent=False)])
+
+  def scoped_method(self, plan):
+    """ScopedMethod -> (the public method forwarding to the scope, the
+    private method holding the body)."""
+    fn = plan.fn
+    ps = fn.params
+    plist = list(ps.posonly_params) + list(ps.params)
+    self_name = plist[0].name.value
+    args = [cst.Arg(value=cst.Name(p.name.value)) for p in plist[1:]]
+    if isinstance(ps.star_arg, cst.Param):
+      args.append(cst.Arg(value=cst.Name(ps.star_arg.name.value), star='*'))
+    args += [cst.Arg(keyword=cst.Name(p.name.value),
+                     value=cst.Name(p.name.value)) for p in ps.kwonly_params]
+    if ps.star_kwarg is not None:
+      args.append(cst.Arg(value=cst.Name(ps.star_kwarg.name.value), star='**'))
+    args = [cst.Arg(value=cst.parse_expression(f'{self_name}.{plan.body_name}'))
+            ] + args
+    call = cst.Call(func=cst.parse_expression(f'{self_name}.{plan.scope}'),
+                    args=args)
+    stmts = list(fn.body.body)
+    doc = []
+    if stmts and cst_util.is_docstring(stmts[0]):
+      doc, stmts = [stmts[0]], stmts[1:]
+    if not stmts:
+      stmts = [cst.SimpleStatementLine([cst.Pass()])]
+    public = fn.with_changes(
+        decorators=[d for d in fn.decorators
+                    if id(d) not in plan.drop_decorators],
+        body=fn.body.with_changes(body=doc + [cst.SimpleStatementLine(
+            [cst.Return(value=call)])]))
+
+    def bare(p):
+      return p.with_changes(default=None, equal=cst.MaybeSentinel.DEFAULT)
+
+    inner_params = ps.with_changes(
+        posonly_params=[bare(p) for p in ps.posonly_params],
+        params=[bare(p) for p in ps.params],
+        kwonly_params=[bare(p) for p in ps.kwonly_params])
+    inner = fn.with_changes(
+        name=cst.Name(plan.body_name), decorators=[], params=inner_params,
+        body=fn.body.with_changes(body=stmts),
+        leading_lines=[cst.EmptyLine(indent=False)])
+    return public, inner
