@@ -4,7 +4,9 @@ The upgrade's modules import each other in layers, without circles (counting
 imports inside functions too; tests/test_upgrade_layers.py checks it):
 
 1. leaves: this module, walk.py, positions.py, gin_bindings.py,
-   layer_table.py (the legacy layer table);
+   layer_table.py (the legacy layer table), plans.py (what a module rule
+   decided, in terms no target spells) and the emitters that write plans
+   as a target's code (emit/: linen today);
 2. facts: the fact collectors (collectors/), facts.py, flow.py (its parts
    in flow_facts/);
 3. rules (rules/): read the facts, and import each other downwards only;

@@ -26,7 +26,11 @@
 This module converts whole definitions (``convert_class`` /
 ``convert_function``); the body rewriter (``ApplyRewriter``) and what a
 callee resolves to (``Resolver``) are rules/apply_rewriter.py's and
-rules/resolver.py's, the auto-name plan rules/name_plan.py's.
+rules/resolver.py's, the auto-name plan rules/name_plan.py's.  What it
+decides -- the fields (``Field``), the call method (``CallMethod``), a
+class made from a function (``ModuleClass``), a legacy base
+(``ModuleBase``) -- are plans (upgrade/plans.py) the rewriter's emitter
+writes (``up.emit``, upgrade/emit/linen.py).
 """
 
 import libcst as cst
