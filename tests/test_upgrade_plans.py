@@ -25,7 +25,7 @@ from flaxlegacy.upgrade.emit import linen
 # written by the linen emitter
 EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'rng_draw', 'has_rng', 'param', 'variable', 'is_stateful',
-               'submodule_attr')
+               'submodule_attr', 'checkpoint_call')
 STATEMENTS = ('field',)
 STRUCTURE = ('call_method', 'module_class', 'module_base', 'module_method',
              'setup', 'shared_scope', 'scoped_method')
@@ -37,9 +37,10 @@ class RecordingEmitter:
 
   marker = False
   log = []
+  writes = linen.LinenEmitter
 
   def __init__(self, rw):
-    self.linen = linen.LinenEmitter(rw)
+    self.linen = self.writes(rw)
     self.rw = rw
 
   def __getattr__(self, method):
@@ -61,8 +62,15 @@ class RecordingEmitter:
     return record
 
 
+class RecordingProgramEmitter(RecordingEmitter):
+  """The same, in place of the program pass's linen emitter."""
+
+  writes = linen.LinenProgramEmitter
+
+
 def _upgrade(monkeypatch, src, marker):
   monkeypatch.setitem(emit.TARGETS, 'linen', RecordingEmitter)
+  monkeypatch.setitem(emit.PROGRAM_TARGETS, 'linen', RecordingProgramEmitter)
   monkeypatch.setattr(RecordingEmitter, 'marker', marker)
   monkeypatch.setattr(RecordingEmitter, 'log', [])
   new, _ = api.upgrade_source(src)
@@ -251,3 +259,28 @@ def test_module_methods_shape_the_class_by_plans(monkeypatch):
   # (no marker run here: the setup form finds the submodules in the
   # written bodies -- a decision still read from linen text, see
   # docs/decisions.md)
+
+
+CHECKPOINTS = '''\
+from flax.training import checkpoints
+
+
+def f(d, state):
+  state = checkpoints.restore_checkpoint(d, state)
+  checkpoints.save_checkpoint(d, state, 1)
+  return checkpoints.restore_checkpoint(d)
+'''
+
+
+def test_program_checkpoints_are_plans(monkeypatch):
+  # the one concept of the program pass split so far
+  plain, _ = api.upgrade_source(CHECKPOINTS)
+  new, log = _upgrade(monkeypatch, CHECKPOINTS, marker=False)
+  assert new == plain
+  # the one-argument restore stays today's function: no plan
+  assert [p.op for p in _plans(log, 'checkpoint_call')] == ['restore', 'save']
+  assert [_code(a.value) for a in _plans(log, 'checkpoint_call')[1].call.args
+          ] == ['d', 'state', '1']
+  marked, log = _upgrade(monkeypatch, CHECKPOINTS, marker=True)
+  assert 'legacy_checkpoints.' not in marked
+  assert _put_back(marked, log) == plain

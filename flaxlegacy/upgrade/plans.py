@@ -1,8 +1,9 @@
-"""Plans: what a module rule decided the target code must do, apart from
+"""Plans: what a rule decided the target code must do, apart from
 the text that does it (issue 24: "what a rule decides ... is kept apart
 from the text it emits").
 
-A rule case (rules/apply/*.py, rules/modules.py) reads the legacy code
+A rule case (rules/apply/*.py, rules/modules.py, rules/module_methods.py;
+of the program pass, rules/program/checkpoints.py) reads the legacy code
 and the facts, decides -- or leaves a TODO and answers the code as it was
 -- and returns one of these plans; an emitter (upgrade/emit/, one per
 target: ``LinenEmitter`` today) turns the plan into libcst nodes.  A plan
@@ -292,3 +293,17 @@ class ScopedMethod:
   scope: str
   body_name: str
   drop_decorators: Any = frozenset()
+
+
+# -- the program pass (rules/program/; only checkpoints so far) --
+
+
+@_plan
+class CheckpointCall:
+  """A checkpoint call of the program: ``op`` 'restore' (into the
+  program's train state, reading a checkpoint the legacy program wrote
+  too) or 'save' (in the legacy file format, which the legacy program and
+  the restore above read); ``call``: the call as rewritten so far (its
+  arguments are kept)."""
+  op: str
+  call: Any

@@ -379,3 +379,27 @@ class LinenEmitter:
         body=fn.body.with_changes(body=stmts),
         leading_lines=[cst.EmptyLine(indent=False)])
     return public, inner
+
+
+# the program pass's checkpoint functions (flaxlegacy's helpers copied
+# beside upgraded code: plain flax + serialization)
+CHECKPOINT_IMPORT = ('from flaxlegacy.migrate import upgraded as '
+                     'legacy_checkpoints')
+CHECKPOINT_FUNCTIONS = {'restore': 'legacy_checkpoints.restore_checkpoint',
+                        'save': 'legacy_checkpoints.save_checkpoint'}
+
+
+class LinenProgramEmitter:
+  """Writes the program pass's plans as linen + optax code; ``rw``: the
+  ``ProgramRewriter``, whose ``imports`` (statements) its text adds to."""
+
+  target = 'linen'
+
+  def __init__(self, rw):
+    self.rw = rw
+
+  def checkpoint_call(self, plan):
+    """CheckpointCall -> ``legacy_checkpoints.<op>_checkpoint(...)``."""
+    self.rw.imports.add(CHECKPOINT_IMPORT)
+    return plan.call.with_changes(
+        func=cst_util.expr(CHECKPOINT_FUNCTIONS[plan.op]))
