@@ -15,6 +15,8 @@ The layer helpers below (``layer_kwarg``, ``add_layer_defaults``,
 rules/constructors.py re-exports them for the ``.partial`` rules.
 """
 
+import weakref
+
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
@@ -59,14 +61,18 @@ class LinenEmitter:
   target = 'linen'
 
   def __init__(self, rw):
-    self.rw = rw  # the rewriter it writes for: spelling and file context
+    # the rewriter it writes for (spelling and file context), held weakly:
+    # the rewriter holds its emitter, and a cycle would keep every
+    # rewriter's tree alive until the collector's rare full pass
+    self._rw = weakref.ref(rw)
+    self._ctx = rw.ctx
 
   @property
-  def _ctx(self):
-    return self.rw.ctx
+  def rw(self):
+    return self._rw()
 
   def _prefix(self):
-    return self.rw._prefix()  # pylint: disable=protected-access
+    return self._rw()._prefix()  # pylint: disable=protected-access
 
   # -- constructions --
   def module_expr(self, ref):
@@ -396,10 +402,10 @@ class LinenProgramEmitter:
   target = 'linen'
 
   def __init__(self, rw):
-    self.rw = rw
+    self._rw = weakref.ref(rw)  # held weakly, as LinenEmitter's
 
   def checkpoint_call(self, plan):
     """CheckpointCall -> ``legacy_checkpoints.<op>_checkpoint(...)``."""
-    self.rw.imports.add(CHECKPOINT_IMPORT)
+    self._rw().imports.add(CHECKPOINT_IMPORT)
     return plan.call.with_changes(
         func=cst_util.expr(CHECKPOINT_FUNCTIONS[plan.op]))
