@@ -25,8 +25,12 @@ from flaxlegacy.upgrade.emit import linen
 # written by the linen emitter
 EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'rng_draw', 'has_rng', 'param', 'variable', 'is_stateful',
-               'submodule_attr', 'checkpoint_call')
+               'submodule_attr', 'checkpoint_call',
+               # the program pass's
+               'apply_gradients', 'replicate', 'params_of', 'step_of')
 STATEMENTS = ('field',)
+# plans written as a list of statements (one placeholder statement)
+STATEMENT_LISTS = ('optimize',)
 STRUCTURE = ('call_method', 'module_class', 'module_base', 'module_method',
              'setup', 'shared_scope', 'scoped_method')
 
@@ -44,19 +48,24 @@ class RecordingEmitter:
     self.rw = rw
 
   def __getattr__(self, method):
-    if method not in EXPRESSIONS + STATEMENTS + STRUCTURE:
+    if method not in EXPRESSIONS + STATEMENTS + STATEMENT_LISTS + STRUCTURE:
       raise AttributeError(method)
 
     def record(plan):
       node = getattr(self.linen, method)(plan)
       i = len(RecordingEmitter.log)
-      code = (None if isinstance(node, tuple)
-              else cst.Module([]).code_for_node(node))
+      if isinstance(node, list):
+        code = ''.join(cst.Module([]).code_for_node(n) for n in node)
+      else:
+        code = (None if isinstance(node, tuple)
+                else cst.Module([]).code_for_node(node))
       RecordingEmitter.log.append((method, plan, code))
       if not RecordingEmitter.marker or method in STRUCTURE:
         return node
       if method in STATEMENTS:
         return cst.parse_statement(f'PLAN_{i}_ = 0\n')
+      if method in STATEMENT_LISTS:
+        return [cst.parse_statement(f'PLAN_{i}_ = 0\n')]
       return cst.Name(f'PLAN_{i}_')
 
     return record
@@ -79,10 +88,16 @@ def _upgrade(monkeypatch, src, marker):
 
 def _put_back(text, log):
   """Placeholders replaced by the linen code of their plans (nested
-  plans: the outer code holds the inner placeholder)."""
+  plans: the outer code holds the inner placeholder; the lines of a
+  statement list indented as its placeholder)."""
+
+  def code(m):
+    indent = m.group(1) or ''
+    lines = log[int(m.group(2))][2].strip().split('\n')
+    return indent + ('\n' + indent).join(lines)
+
   for _ in range(len(log) + 1):
-    new = re.sub(r'PLAN_(\d+)_( = 0)?',
-                 lambda m: log[int(m.group(1))][2].strip(), text)
+    new = re.sub(r'(?m)(^[ \t]*)?PLAN_(\d+)_( = 0)?', code, text)
     if new == text:
       return text
     text = new
@@ -283,4 +298,66 @@ def test_program_checkpoints_are_plans(monkeypatch):
           ] == ['d', 'state', '1']
   marked, log = _upgrade(monkeypatch, CHECKPOINTS, marker=True)
   assert 'legacy_checkpoints.' not in marked
+  assert _put_back(marked, log) == plain
+
+
+TRAINING = '''\
+import jax
+from flax import nn, optim
+
+
+class Net(nn.Module):
+
+  def apply(self, x):
+    return nn.Dense(x, 3)
+
+
+def train_step(optimizer, batch, lr):
+  def loss_fn(model):
+    return ((model(batch) - 1.) ** 2).mean()
+  grad = jax.grad(loss_fn)(optimizer.target)
+  optimizer = optimizer.apply_gradient(grad, learning_rate=lr)
+  return optimizer, optimizer.state.step
+
+
+def main(rng, batch):
+  _, params = Net.init_by_shape(rng, [(1, 4)])
+  model = nn.Model(Net, params)
+  optimizer = optim.Adam(learning_rate=0.1).create(model)
+  optimizer = optimizer.replicate()
+  optimizer = optimizer.unreplicate()
+  def loss_fn(model):
+    return model(batch).sum(), 1
+  optimizer, loss, aux = optimizer.optimize(loss_fn)
+  optimizer = optimizer.apply_gradient(optimizer.target, beta1=0.5)
+  return optimizer.target
+'''
+
+
+def test_program_training_steps_are_plans(monkeypatch):
+  plain, report = api.upgrade_source(TRAINING)
+  new, log = _upgrade(monkeypatch, TRAINING, marker=False)
+  assert new == plain
+  # the gradients as written, the per-step rate the call set
+  (apply,) = _plans(log, 'apply_gradients')
+  assert isinstance(apply, plans.ApplyGradients)
+  assert (_code(apply.state), _code(apply.grads),
+          _code(apply.learning_rate)) == ('optimizer', 'grad', 'lr')
+  # (the call that sets beta1 per step is left with a TODO: no plan)
+  assert 'beta1=...' in plain
+  (opt,) = _plans(log, 'optimize')
+  assert (_code(opt.state), _code(opt.loss_fn), _code(opt.new_state),
+          _code(opt.loss), _code(opt.aux)) == (
+              'optimizer', 'loss_fn', 'optimizer', 'loss', 'aux')
+  assert opt.learning_rate is None
+  assert [(p.op, _code(p.state)) for p in _plans(log, 'replicate')] == [
+      ('replicate', 'optimizer'), ('unreplicate', 'optimizer')]
+  assert [_code(p.state) for p in _plans(log, 'step_of')] == ['optimizer']
+  assert [_code(p.access.value) for p in _plans(log, 'params_of')] == [
+      'optimizer'] * 3
+  marked, log = _upgrade(monkeypatch, TRAINING, marker=True)
+  for linen_text in ('apply_gradients', 'jax_utils.', '.step',
+                     'value_and_grad', "'learning_rate': "):
+    assert linen_text not in marked, linen_text
+  assert '.params' not in marked.replace("{'params'", '')
   assert _put_back(marked, log) == plain

@@ -295,7 +295,7 @@ class ScopedMethod:
   drop_decorators: Any = frozenset()
 
 
-# -- the program pass (rules/program/; only checkpoints so far) --
+# -- the program pass (rules/program/) --
 
 
 @_plan
@@ -307,3 +307,59 @@ class CheckpointCall:
   arguments are kept)."""
   op: str
   call: Any
+
+
+# -- training steps (rules/program/training_steps.py) --
+
+
+@_plan
+class ApplyGradients:
+  """One optimizer step of the train state ``state`` (the legacy
+  optimizer's expression as rewritten so far) with the gradients
+  ``grads`` (as the legacy code wrote them); ``learning_rate``: the
+  learning rate the legacy call set for this step (as written), or None
+  (the rate the transformation was built with)."""
+  state: Any
+  grads: Any
+  learning_rate: Any = None
+
+
+@_plan
+class Optimize:
+  """``new, loss[, aux] = opt.optimize(loss_fn)``: differentiate
+  ``loss_fn`` at the parameters of the train state ``state`` and take one
+  step (legacy ``Optimizer.optimize``).  ``new_state``, ``loss``, ``aux``:
+  the targets the results go to (``aux`` None: the loss function returns
+  the loss alone); ``learning_rate`` as in ApplyGradients.  Each an
+  expression as the legacy code wrote it."""
+  state: Any
+  loss_fn: Any
+  new_state: Any
+  loss: Any
+  aux: Any = None
+  learning_rate: Any = None
+
+
+@_plan
+class Replicate:
+  """The train state ``state`` (as rewritten so far) copied to every
+  local device (``op`` 'replicate') or taken back from them
+  ('unreplicate')."""
+  op: str
+  state: Any
+
+
+@_plan
+class ParamsOf:
+  """The parameters a train state holds (legacy ``opt.target``):
+  ``access``, the legacy attribute access as rewritten so far (its
+  value and spacing are kept)."""
+  access: Any
+
+
+@_plan
+class StepOf:
+  """The number of steps a train state has taken (legacy
+  ``opt.state.step``): ``state``, the train state's expression as
+  rewritten so far."""
+  state: Any

@@ -387,6 +387,12 @@ class LinenEmitter:
     return public, inner
 
 
+def _fresh_code(node):
+  """Source of a node as rewritten so far (printed as a module of its own
+  prints it)."""
+  return cst.Module([]).code_for_node(node)
+
+
 # the program pass's checkpoint functions (flaxlegacy's helpers copied
 # beside upgraded code: plain flax + serialization)
 CHECKPOINT_IMPORT = ('from flaxlegacy.migrate import upgraded as '
@@ -404,6 +410,65 @@ class LinenProgramEmitter:
   def __init__(self, rw):
     self._rw = weakref.ref(rw)  # held weakly, as LinenEmitter's
 
+  def _code(self, node):
+    """A user expression's source, as the file prints it."""
+    return self._rw().ctx.code_of(node)
+
+  def _import(self, line):
+    self._rw().imports.add(line)
+
+  # -- training steps --
+  @staticmethod
+  def _apply_src(opt, grads, lr):
+    """``opt.apply_gradients(grads=...)`` source; a per-step learning rate
+    set in the optax state's hyperparams (the transformation is built with
+    ``optax.inject_hyperparams``, optimizers.py)."""
+    if lr is None:
+      return f'{opt}.apply_gradients(grads={grads})'
+    return (f"{opt}.replace(opt_state={opt}.opt_state._replace(hyperparams="
+            f"{{**{opt}.opt_state.hyperparams, 'learning_rate': {lr}}}))"
+            f".apply_gradients(grads={grads})")
+
+  def apply_gradients(self, plan):
+    """ApplyGradients -> ``state.apply_gradients(grads=g)``."""
+    lr = plan.learning_rate
+    return cst.parse_expression(self._apply_src(
+        _fresh_code(plan.state), self._code(plan.grads).rstrip(', '),
+        None if lr is None else self._code(lr)))
+
+  def optimize(self, plan):
+    """Optimize -> ``loss, _grad = jax.value_and_grad(loss_fn)(
+    state.params)`` and ``new = state.apply_gradients(grads=_grad)``
+    (statements)."""
+    code = self._code
+    opt, loss_fn = code(plan.state), code(plan.loss_fn)
+    if plan.aux is not None:
+      vg = (f'({code(plan.loss)}, {code(plan.aux)}), _grad = '
+            f'jax.value_and_grad({loss_fn}, has_aux=True)({opt}.params)\n')
+    else:
+      vg = (f'{code(plan.loss)}, _grad = jax.value_and_grad({loss_fn})'
+            f'({opt}.params)\n')
+    lr = plan.learning_rate
+    apply = self._apply_src(opt, '_grad', None if lr is None else code(lr))
+    self._import('import jax')
+    return [cst.parse_statement(vg),
+            cst.parse_statement(f'{code(plan.new_state)} = {apply}\n')]
+
+  def replicate(self, plan):
+    """Replicate -> ``jax_utils.replicate(state)`` / ``unreplicate``."""
+    self._import('from flax import jax_utils')
+    return cst.parse_expression(
+        f'jax_utils.{plan.op}({_fresh_code(plan.state)})')
+
+  def params_of(self, plan):
+    """ParamsOf -> ``state.params``."""
+    return plan.access.with_changes(attr=cst.Name('params'))
+
+  def step_of(self, plan):
+    """StepOf -> ``state.step``."""
+    return cst.Attribute(value=plan.state, attr=cst.Name('step'))
+
+  # -- checkpoints --
   def checkpoint_call(self, plan):
     """CheckpointCall -> ``legacy_checkpoints.<op>_checkpoint(...)``."""
     self._rw().imports.add(CHECKPOINT_IMPORT)

@@ -83,6 +83,7 @@ rewriter itself.
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import emit as emit_lib
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.collectors.programs import LEGACY_OPTAX  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.collectors.programs import LIFECYCLE  # pylint: disable=g-importing-member,unused-import
@@ -136,6 +137,9 @@ class ProgramRewriter(scopes.ScopeRules, values.ValueQueries,
   def __init__(self, ctx):
     super().__init__()
     self.ctx = ctx
+    # the target's emitter: the cases decide plans (upgrade/plans.py), it
+    # writes them (holds this rewriter weakly)
+    self.emit = emit_lib.emitter(ctx.target, self, emit_lib.PROGRAM_TARGETS)
     self._todos = []
     self.f = ctx.facts
     self.codebase = ctx.codebase

@@ -15,7 +15,6 @@ pass's emitter (``self.emit``, upgrade/emit/linen.py) writes it."""
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
-from flaxlegacy.upgrade import emit as emit_lib
 from flaxlegacy.upgrade import plans
 
 # legacy function (qualified) -> (fewest arguments rewritten, the
@@ -30,16 +29,6 @@ CHECKPOINT_FUNCTIONS = {
 
 class CheckpointRules:
   """``flax.training.checkpoints`` calls."""
-
-  @property
-  def emit(self):
-    """The pass's emitter (the file's target): made on first use, as only
-    this concept of the pass writes plans so far."""
-    em = self.__dict__.get('_emit')
-    if em is None:
-      em = self.__dict__['_emit'] = emit_lib.emitter(
-          self.ctx.target, self, emit_lib.PROGRAM_TARGETS)
-    return em
 
   def _call_checkpoint(self, original_node, updated_node):
     """A call of a function of ``CHECKPOINT_FUNCTIONS``."""

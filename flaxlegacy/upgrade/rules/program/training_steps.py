@@ -6,33 +6,37 @@ optax state's hyperparams); ``opt.optimize(loss_fn)`` ->
 ``unreplicate()`` -> ``flax.jax_utils``; ``opt.target`` -> ``opt.params``;
 ``opt.state.step`` -> ``opt.step``.
 
-A mixin of ``programs.ProgramRewriter``.  The optimizer methods are the
+A mixin of ``programs.ProgramRewriter``.  A case decides a plan
+(plans.ApplyGradients, Optimize, Replicate, ParamsOf, StepOf) that the
+pass's emitter (``self.emit``) writes; TODOs and report lines stay here.
+The optimizer methods are the
 table ``OPTIMIZER_METHODS`` (method name -> case), consulted for a call
 ``opt.<method>(...)`` of a name that holds an optimizer."""
 
 import libcst as cst
 
-from flaxlegacy.upgrade.rules.program import shared
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules.program.shared import NEXT  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules.program.shared import OPT  # pylint: disable=g-importing-member
 
-_e = shared.expr_node
-_s = shared.stmt_node
+# _per_step_lr's answer when the call passes a per-step argument the
+# upgrade does not carry (a TODO is left)
+REFUSED = object()
 
 
 class TrainingStepRules:
   """Optimizer methods and attributes, the per-step learning rate."""
 
-  def _apply_gradients(self, opt, grads, extra_args, node=None):
-    """``opt.apply_gradients(grads=...)`` source, the per-step learning
-    rate set in the optax state's hyperparams; None (with a TODO on
-    ``node``) when the call passes another per-step argument: the optax
-    transformation built elsewhere does not take it per step, and dropping
-    it would change the numbers silently."""
+  def _per_step_lr(self, extra_args, node=None):
+    """The learning rate ``extra_args`` (the legacy call's arguments past
+    the gradients) set for this step: its expression as written, or None;
+    REFUSED (with a TODO on ``node``) when the call passes another per-step
+    argument: the optax transformation built elsewhere does not take it
+    per step, and dropping it would change the numbers silently."""
     lr = None
     for a in extra_args:
       if a.keyword is not None and a.keyword.value == 'learning_rate':
-        lr = self.ctx.code_of(a.value)
+        lr = a.value
       elif node is not None:
         what = (f'{a.keyword.value}=' if a.keyword is not None
                 else ('**' if a.star == '**' else '*' if a.star else ''))
@@ -45,15 +49,11 @@ class TrainingStepRules:
                   'sets only learning_rate per step); build the '
                   'transformation with optax.inject_hyperparams and set it '
                   'in opt_state.hyperparams by hand')
-        return None
-    if lr is None:
-      return f'{opt}.apply_gradients(grads={grads})'
-    return (f"{opt}.replace(opt_state={opt}.opt_state._replace(hyperparams="
-            f"{{**{opt}.opt_state.hyperparams, 'learning_rate': {lr}}}))"
-            f".apply_gradients(grads={grads})")
+        return REFUSED
+    return lr
 
   def _assign_optimize(self, orig, stmt, line):
-    """``new_opt, loss[, aux] = opt.optimize(loss_fn)``."""
+    """``new_opt, loss[, aux] = opt.optimize(loss_fn)`` (plans.Optimize)."""
     t = stmt.targets[0].target
     v = stmt.value
     ov = orig.value
@@ -61,27 +61,20 @@ class TrainingStepRules:
     # new_opt, loss[, aux] = opt.optimize(loss_fn)
     if attr == 'optimize' and isinstance(t, (cst.Tuple, cst.List)) and (
         self.kind_of(ov.func.value) == OPT) and ov.args:
-      names = [self.ctx.code_of(e.value) for e in t.elements]
+      targets = [e.value for e in t.elements]
       src = v if isinstance(v, cst.Call) and len(v.args) == len(
           ov.args) else ov
-      opt = self.ctx.code_of(ov.func.value)
-      loss_fn = self.ctx.code_of(src.args[0].value)
-      extra = [a for a in src.args[1:]]
-      if len(names) == 3:
-        vg = (f'({names[1]}, {names[2]}), _grad = jax.value_and_grad('
-              f'{loss_fn}, has_aux=True)({opt}.params)\n')
-      elif len(names) == 2:
-        vg = (f'{names[1]}, _grad = jax.value_and_grad({loss_fn})'
-              f'({opt}.params)\n')
-      else:
+      if len(targets) not in (2, 3):
         return None
-      apply = self._apply_gradients(opt, '_grad', extra, ov)
-      if apply is None:
+      lr = self._per_step_lr(src.args[1:], ov)
+      if lr is REFUSED:
         return None
-      self.imports.add('import jax')
       self.note(line, 'optimizer.optimize -> jax.value_and_grad + '
                 'apply_gradients')
-      return [_s(vg), _s(f'{names[0]} = {apply}\n')]
+      return self.emit.optimize(plans.Optimize(
+          state=ov.func.value, loss_fn=src.args[0].value,
+          new_state=targets[0], loss=targets[1],
+          aux=targets[2] if len(targets) == 3 else None, learning_rate=lr))
     return NEXT
 
   def _call_optimizer_method(self, original_node, updated_node):
@@ -95,15 +88,13 @@ class TrainingStepRules:
     return None
 
   def _apply_gradient(self, original_node, updated_node):
-    """``opt.apply_gradient(g, ...)`` -> ``opt.apply_gradients(grads=g)``."""
+    """``opt.apply_gradient(g, ...)`` -> ``opt.apply_gradients(grads=g)``
+    (plans.ApplyGradients)."""
     f = original_node.func
     if not original_node.args:
       return None
-    opt_src = cst.Module([]).code_for_node(updated_node.func.value)
-    grads = self.ctx.code_of(original_node.args[0].value).rstrip(', ')
-    apply = self._apply_gradients(opt_src, grads, original_node.args[1:],
-                                  original_node)
-    if apply is None:
+    lr = self._per_step_lr(original_node.args[1:], original_node)
+    if lr is REFUSED:
       return updated_node
     if isinstance(f.value, cst.Name) and self.scope.lookup(
         'bare_states', f.value.value):
@@ -114,33 +105,31 @@ class TrainingStepRules:
                 'TrainState.apply_gradients refuses a bare array (it '
                 'tests `in` on it): wrap the target in a dict')
     self.note(original_node, 'apply_gradient -> apply_gradients')
-    return _e(apply)
+    return self.emit.apply_gradients(plans.ApplyGradients(
+        updated_node.func.value, original_node.args[0].value, lr))
 
   def _replicate(self, original_node, updated_node):
-    """``opt.replicate()`` / ``opt.unreplicate()`` -> ``jax_utils``."""
+    """``opt.replicate()`` / ``opt.unreplicate()`` (plans.Replicate)."""
     f = original_node.func
     if original_node.args:
       return None
-    opt_src = cst.Module([]).code_for_node(updated_node.func.value)
-    self.imports.add('from flax import jax_utils')
     self.note(original_node, f'optimizer.{f.attr.value}() -> jax_utils')
-    return _e(f'jax_utils.{f.attr.value}({opt_src})')
+    return self.emit.replicate(plans.Replicate(f.attr.value,
+                                               updated_node.func.value))
 
   def _attr_target(self, original_node, updated_node, k):
-    """``opt.target`` -> ``opt.params``."""
+    """``opt.target`` (plans.ParamsOf)."""
     if k == OPT:
-      return updated_node.with_changes(attr=cst.Name('params'))
+      return self.emit.params_of(plans.ParamsOf(updated_node))
     return updated_node
 
   def _attr_step(self, original_node, updated_node, k):
-    """``opt.state.step`` -> ``opt.step``."""
+    """``opt.state.step`` (plans.StepOf)."""
     if isinstance(original_node.value, cst.Attribute) and (
         original_node.value.attr.value == 'state') and (
             self.kind_of(original_node.value.value) == OPT):
-      return updated_node.value.value.with_changes() if False else \
-          cst.Attribute(value=updated_node.value.value, attr=cst.Name('step'))
+      return self.emit.step_of(plans.StepOf(updated_node.value.value))
     return updated_node
-
 
   def _attr_state(self, original_node, updated_node, k):
     """``opt.state`` other than ``opt.state.step``: a TODO (the legacy
