@@ -27,10 +27,15 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'rng_draw', 'has_rng', 'param', 'variable', 'is_stateful',
                'submodule_attr', 'checkpoint_call',
                # the program pass's
-               'apply_gradients', 'replicate', 'params_of', 'step_of')
-STATEMENTS = ('field',)
+               'apply_gradients', 'replicate', 'params_of', 'step_of',
+               'init_model', 'module_partial', 'apply_model',
+               'module_function')
+STATEMENTS = ('field', 'init_any_module')
 # plans written as a list of statements (one placeholder statement)
-STATEMENT_LISTS = ('optimize',)
+STATEMENT_LISTS = ('optimize', 'model_init')
+# source the concepts not split yet still splice into their own text:
+# passed through, not recorded
+SOURCES = ('module_src',)
 STRUCTURE = ('call_method', 'module_class', 'module_base', 'module_method',
              'setup', 'shared_scope', 'scoped_method')
 
@@ -48,6 +53,8 @@ class RecordingEmitter:
     self.rw = rw
 
   def __getattr__(self, method):
+    if method in SOURCES:
+      return getattr(self.linen, method)
     if method not in EXPRESSIONS + STATEMENTS + STATEMENT_LISTS + STRUCTURE:
       raise AttributeError(method)
 
@@ -360,4 +367,66 @@ def test_program_training_steps_are_plans(monkeypatch):
                      'value_and_grad', "'learning_rate': "):
     assert linen_text not in marked, linen_text
   assert '.params' not in marked.replace("{'params'", '')
+  assert _put_back(marked, log) == plain
+
+
+LIFECYCLE = '''\
+import jax.numpy as jnp
+from flax import nn
+import models
+
+
+class Net(nn.Module):
+
+  def apply(self, x, width=3):
+    x = nn.BatchNorm(x)
+    return nn.Dense(x, width)
+
+
+def main(rng, x):
+  Net.init_by_shape(rng, [(1, 4)])
+  y, params = Net.init(rng, x, width=4)
+  with nn.stateful() as state:
+    _, params = Net.init_by_shape(rng, [((1, 4), jnp.int32)])
+  wide = models.Net.partial(width=5)
+  out = Net.call(params, x)
+  fn = Net.call
+  return y, params, state, wide, out, fn
+'''
+
+
+def test_program_lifecycle_is_plans(monkeypatch):
+  plain, _ = api.upgrade_source(LIFECYCLE)
+  new, log = _upgrade(monkeypatch, LIFECYCLE, marker=False)
+  assert new == plain
+  # the statement of its own: an init whose variables are dropped
+  (alone,) = _plans(log, 'init_model')
+  assert isinstance(alone, plans.InitModel)
+  assert _code(alone.module) == 'Net' and _code(alone.rng) == 'rng'
+  assert alone.shapes == (('(1, 4)', 'jnp.float32'),) and not alone.inputs
+  kept, stateful = _plans(log, 'model_init')
+  # y, params = Net.init(rng, x, width=4): the output kept, width a field
+  assert _code(kept.output) == 'y' and _code(kept.params) == 'params'
+  assert [_code(a.value) for a in kept.init.inputs] == ['x']
+  assert kept.init.shapes is None
+  assert [a.keyword.value for a in kept.init.fields] == ['width']
+  assert not kept.init.kwargs and kept.collections_to is None
+  assert kept.carried_module is None
+  # under nn.stateful() as state: the output dropped, the other
+  # collections to state
+  assert stateful.output is None and stateful.collections_to == 'state'
+  assert stateful.only is None
+  assert stateful.init.shapes == (('(1, 4)', 'jnp.int32'),)
+  (partial,) = _plans(log, 'module_partial')
+  assert _code(partial.call.func.value) == 'models.Net'
+  (apply,) = _plans(log, 'apply_model')
+  assert (_code(apply.module), _code(apply.params),
+          [_code(a.value) for a in apply.inputs]) == ('Net', 'params', ['x'])
+  (fn,) = _plans(log, 'module_function')
+  assert _code(fn.module) == 'Net'
+  marked, log = _upgrade(monkeypatch, LIFECYCLE, marker=True)
+  for linen_text in ('.init(', 'init_with_output', '_variables',
+                     'functools.partial', '.apply(', 'module_call',
+                     'jnp.ones'):
+    assert linen_text not in marked, linen_text
   assert _put_back(marked, log) == plain

@@ -363,3 +363,81 @@ class StepOf:
   ``opt.state.step``): ``state``, the train state's expression as
   rewritten so far."""
   state: Any
+
+
+# -- the model life cycle (rules/program/lifecycle.py) --
+
+
+@_plan
+class InitModel:
+  """Initialise the module ``module`` (the legacy module expression: a
+  class, its partial) with the key ``rng`` (legacy ``M.init`` / ``create``
+  / ``init_by_shape`` / ``create_by_shape``; each an expression as
+  written).  Its inputs: ``shapes``, ((shape source, dtype source), ...)
+  of legacy's input specs, or None where the call gave ``inputs`` (Args,
+  as written).  ``fields``: keywords of the call that are the module's
+  hyper-parameters; ``kwargs``: the other keywords (the call's)."""
+  module: Any
+  rng: Any
+  shapes: Optional[Tuple[Tuple[str, str], ...]] = None
+  inputs: Tuple[Any, ...] = ()
+  fields: Tuple[Any, ...] = ()
+  kwargs: Tuple[Any, ...] = ()
+
+
+@_plan
+class ModelInit:
+  """``output, params = M.init(...)`` / ``create``: ``init`` (an
+  InitModel); ``output``: where legacy's first result goes (its output, or
+  its shape), or None where the code drops it (``_``); ``params``: where
+  the parameters go; ``carried_module``: the module expression the model
+  must carry with its parameters (objects.model_carried), or None;
+  ``collections_to``: the source of the name the other collections go to
+  (``with nn.stateful() as t:`` around the init), or None; ``only``: the
+  one collection that goes there (an attention cache), or None for every
+  collection but the parameters.  The targets are expressions as
+  written."""
+  init: InitModel
+  params: Any
+  output: Any = None
+  carried_module: Any = None
+  collections_to: Optional[str] = None
+  only: Optional[str] = None
+
+
+@_plan
+class InitAnyModule:
+  """``target = X.init(rng, ...)`` of a value X that holds one of several
+  legacy module classes, known only at run time: its ``args`` split into
+  the class's fields and inputs when the code runs (each as written)."""
+  target: Any
+  module: Any
+  args: Tuple[Any, ...]
+
+
+@_plan
+class ModulePartial:
+  """``M.partial(...)`` at program level: the module with some
+  hyper-parameters bound; ``call``, the legacy call as rewritten so far
+  (its callee's value is the module, its arguments the bound ones)."""
+  call: Any
+
+
+@_plan
+class ApplyModel:
+  """Run the module ``module`` (legacy expression) with the parameters
+  ``params`` on ``inputs`` (legacy ``M.call(params, *inputs)``; Args as
+  written)."""
+  module: Any
+  params: Any
+  inputs: Tuple[Any, ...] = ()
+
+
+@_plan
+class ModuleFunction:
+  """The module ``module`` (as rewritten so far) as a function of its
+  parameters and inputs (legacy ``M.call`` taken as a value): the
+  keywords it is called with are split between fields and inputs when it
+  runs."""
+  module: Any
+

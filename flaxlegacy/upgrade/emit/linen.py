@@ -20,6 +20,7 @@ import weakref
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import layer_table
 
 
@@ -393,6 +394,10 @@ def _fresh_code(node):
   return cst.Module([]).code_for_node(node)
 
 
+# flaxlegacy's model helpers (a model that carries its module, a module
+# known at run time), imported beside upgraded code under this name
+MODEL_HELPER_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_model'
+
 # the program pass's checkpoint functions (flaxlegacy's helpers copied
 # beside upgraded code: plain flax + serialization)
 CHECKPOINT_IMPORT = ('from flaxlegacy.migrate import upgraded as '
@@ -467,6 +472,129 @@ class LinenProgramEmitter:
   def step_of(self, plan):
     """StepOf -> ``state.step``."""
     return cst.Attribute(value=plan.state, attr=cst.Name('step'))
+
+  # -- the model life cycle --
+  def _argsrc(self, a):
+    # an argument as the pass prints it (values.py: an attention cache's
+    # target is the decoding flag)
+    return self._rw()._argsrc(a)  # pylint: disable=protected-access
+
+  def module_src(self, cls_expr):
+    """Source of a linen module instance for a legacy module expression
+    (a class -> ``M()``, its partial -> ``M(fields...)``)."""
+    if (isinstance(cls_expr, cst.Call)
+        and cst_util.dotted(cls_expr.func) == 'functools.partial'
+        and cls_expr.args and not cls_expr.args[0].keyword
+        and not cls_expr.args[0].star):
+      # models.M.partial(...), already rewritten by leave_Call
+      inner = self._code(cls_expr.args[0].value)
+      args = ', '.join(self._argsrc(a) for a in cls_expr.args[1:])
+      return f'{inner}({args})'
+    if (isinstance(cls_expr, cst.Call) and isinstance(cls_expr.func,
+                                                        cst.Attribute)
+        and cls_expr.func.attr.value == 'partial'):
+      inner = self._code(cls_expr.func.value)
+      args = ', '.join(self._argsrc(a) for a in cls_expr.args)
+      return f'{inner}({args})'
+    return f'{self._code(cls_expr)}()'
+
+  @staticmethod
+  def _spec_input(shape, dtype):
+    """``jnp.ones`` source for one init_by_shape spec; a spec only its
+    value can classify is read at run time as legacy read it (a pair when
+    it has two elements and the first is iterable, else a float32
+    shape)."""
+    if dtype != facts_lib.RUNTIME_SPEC:
+      return f'jnp.ones({shape}, {dtype})'
+    return (f"jnp.ones(*({shape} if len({shape}) == 2 and hasattr("
+            f"{shape}[0], '__iter__') else ({shape}, jnp.float32)))")
+
+  def _init_src(self, plan):
+    """``M(...).init(rng, *inputs)`` source of an InitModel."""
+    ctor = self.module_src(plan.module)
+    rng = self._code(plan.rng)
+    if plan.shapes is not None:
+      self._import('import jax.numpy as jnp')
+      inputs = ', '.join(self._spec_input(s, d) for s, d in plan.shapes)
+    else:
+      inputs = ', '.join(self._argsrc(a) for a in plan.inputs)
+    if plan.fields:
+      # hyper-parameters given at init are linen fields
+      extra = ', '.join(self._argsrc(a) for a in plan.fields)
+      ctor = (ctor[:-1] + (', ' if not ctor.endswith('()') else '') + extra
+              + ')')
+    kw = ''.join(', ' + self._argsrc(a) for a in plan.kwargs)
+    return f'{ctor}.init({rng}{", " if inputs else ""}{inputs}{kw})'
+
+  def init_model(self, plan):
+    """InitModel -> ``M(...).init(rng, *inputs)`` (the variables)."""
+    return cst.parse_expression(self._init_src(plan))
+
+  def model_init(self, plan):
+    """ModelInit -> statements: ``params = M().init(...)['params']``;
+    ``init_with_output`` where the output is kept; ``_variables`` where
+    the other collections or a carried model need them."""
+    code = self._code
+    init = self._init_src(plan.init)
+    out = []
+    collect = plan.collections_to is not None
+    with_output = plan.output is not None
+    params = "_variables['params']"
+    if plan.carried_module is not None:
+      self._import(MODEL_HELPER_IMPORT)
+      params = f'legacy_model.Model({code(plan.carried_module)}, {params})'
+      if not (with_output or collect):
+        out.append(f'_variables = {init}\n')
+        with_output = None  # _variables is bound
+    if with_output:
+      # legacy init returned (output or its shape, params)
+      init = init.replace('.init(', '.init_with_output(', 1)
+      out.append(f'{code(plan.output)}, _variables = {init}\n')
+    second = code(plan.params)
+    if collect:
+      if with_output is False:
+        out.append(f'_variables = {init}\n')
+      out.append(f'{second} = {params}\n')
+      keep = ("k != 'params'" if plan.only is None
+              else f'k == {plan.only!r}')
+      out.append(f'{plan.collections_to} = {{k: v for k, v in '
+                 f'_variables.items() if {keep}}}\n')
+    elif with_output is not False:
+      out.append(f'{second} = {params}\n')
+    else:
+      out.append(f"{second} = {init}['params']\n")
+    return [cst.parse_statement(s) for s in out]
+
+  def init_any_module(self, plan):
+    """InitAnyModule -> ``t = legacy_model.init_module(X, args...)``."""
+    self._import(MODEL_HELPER_IMPORT)
+    args = ', '.join(self._argsrc(a) for a in plan.args)
+    return cst.parse_statement(
+        f'{self._code(plan.target)} = legacy_model.init_module('
+        f'{self._code(plan.module)}, {args})\n')
+
+  def module_partial(self, plan):
+    """ModulePartial -> ``functools.partial(M, ...)``."""
+    self._import('import functools')
+    call = plan.call
+    return call.with_changes(
+        func=cst.parse_expression('functools.partial'),
+        args=cst_util.clean([cst.Arg(value=call.func.value)]
+                            + list(call.args)))
+
+  def apply_model(self, plan):
+    """ApplyModel -> ``M().apply({'params': params}, *inputs)``."""
+    ctor = self.module_src(plan.module)
+    params = self._code(plan.params).rstrip(', ')
+    inputs = ''.join(', ' + self._argsrc(a) for a in plan.inputs)
+    return cst.parse_expression(
+        f"{ctor}.apply({{'params': {params}}}{inputs})")
+
+  def module_function(self, plan):
+    """ModuleFunction -> ``legacy_model.module_call(M)``."""
+    self._import(MODEL_HELPER_IMPORT)
+    return cst.Call(func=cst.parse_expression('legacy_model.module_call'),
+                    args=[cst.Arg(value=plan.module)])
 
   # -- checkpoints --
   def checkpoint_call(self, plan):

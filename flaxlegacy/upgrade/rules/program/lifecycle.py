@@ -14,6 +14,7 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.collectors import programs as program_facts
 from flaxlegacy.upgrade.collectors.programs import LIFECYCLE  # pylint: disable=g-importing-member
@@ -33,24 +34,9 @@ class LifecycleRules:
   """Module life cycle: init / create, partial, call."""
 
   def module_ctor(self, cls_expr):
-    """Source of a linen module instance for a legacy class expression."""
-    code = self.ctx.code_of(cls_expr)
-    if (isinstance(cls_expr, cst.Call)
-        and cst_util.dotted(cls_expr.func) == 'functools.partial'
-        and cls_expr.args and not cls_expr.args[0].keyword
-        and not cls_expr.args[0].star):
-      # models.M.partial(...), already rewritten by leave_Call
-      inner = self.ctx.code_of(cls_expr.args[0].value)
-      args = ', '.join(self._argsrc(a) for a in cls_expr.args[1:])
-      return f'{inner}({args})'
-    if (isinstance(cls_expr, cst.Call) and isinstance(cls_expr.func,
-                                                        cst.Attribute)
-        and cls_expr.func.attr.value == 'partial'):
-      inner = self.ctx.code_of(cls_expr.func.value)
-      args = ', '.join(self._argsrc(a) for a in
-                       cls_expr.args)
-      return f'{inner}({args})'
-    return f'{code}()'
+    """Source of a target module instance for a legacy class expression
+    (the emitter's spelling; for the concepts that still build source)."""
+    return self.emit.module_src(cls_expr)
 
   def _model_apply_src(self, model_call):
     """Source of the apply function of ``nn.Model(M, params)``: ``None``
@@ -114,14 +100,13 @@ class LifecycleRules:
     self.scope.kinds[target.value] = MODEL
     self.scope.apply_of[target.value] = self.module_ctor(_e(expr)) + '.apply'
 
-  def _init_expr(self, call):
-    """``M(...).init(rng, *inputs)`` source for a legacy lifecycle call."""
+  def _init_plan(self, call):
+    """The InitModel of a legacy lifecycle call, or None (with a TODO
+    where the call cannot be read with certainty)."""
     attr = call.func.attr.value
-    ctor = self.module_ctor(call.func.value)
     args = list(call.args)
     if not args:
       return None
-    rng = self.ctx.code_of(args[0].value)
     if attr in ('init_by_shape', 'create_by_shape'):
       if len(args) < 2:
         return None
@@ -130,8 +115,7 @@ class LifecycleRules:
         self.todo(call, f'{attr} input specs: not a literal list of shapes '
                   'and (shape, dtype) pairs, or a spec that could be either')
         return None
-      self.imports.add('import jax.numpy as jnp')
-      inputs = ', '.join(shared.spec_input(s, d) for s, d in specs)
+      inputs = ()
       rest = [a for a in args[2:]]
     else:
       if any(a.star == '**' for a in args):
@@ -140,8 +124,8 @@ class LifecycleRules:
         self.todo(call, f'{attr} with **kwargs: its keys may be fields '
                   '(constructor) or __call__ arguments; port by hand')
         return None
-      inputs = ', '.join(self._argsrc(a) for a in args[1:]
-                         if a.keyword is None)
+      specs = None
+      inputs = tuple(a for a in args[1:] if a.keyword is None)
       rest = [a for a in args[1:] if a.keyword is not None]
     info = alias_facts.root_info(self.codebase, None,
                              program_facts.class_name(call.func.value))
@@ -161,14 +145,11 @@ class LifecycleRules:
     fields = (set(info.fields) if info is not None else set()) | {'name'}
     field_kw = [a for a in rest if a.keyword is not None
                 and a.keyword.value in fields]
-    if field_kw:
-      # hyper-parameters given at init are linen fields
-      extra = ', '.join(self._argsrc(a) for a in field_kw)
-      ctor = (ctor[:-1] + (', ' if not ctor.endswith('()') else '') + extra
-              + ')')
-    kw = ''.join(', ' + self._argsrc(a) for a in rest
-                 if a.keyword is not None and a not in field_kw)
-    return f'{ctor}.init({rng}{", " if inputs else ""}{inputs}{kw})'
+    kw = [a for a in rest if a.keyword is not None and a not in field_kw]
+    return plans.InitModel(
+        module=call.func.value, rng=args[0].value,
+        shapes=None if specs is None else tuple(specs), inputs=inputs,
+        fields=tuple(field_kw), kwargs=tuple(kw))
 
   def _lifecycle_statement(self, orig, stmt, updated_node):
     """``M.init_by_shape(rng, specs)`` as a statement of its own (NEXT
@@ -179,11 +160,11 @@ class LifecycleRules:
         and self._is_module_expr(orig.value.func.value)):
       # M.init_by_shape(rng, specs, ...) for its effect alone (a test
       # that it raises): linen's init, the result dropped as before
-      init = self._init_expr(orig.value)
+      init = self._init_plan(orig.value)
       if init is not None:
         self.note(orig, f'{orig.value.func.attr.value} -> linen init')
         return updated_node.with_changes(body=[stmt.with_changes(
-            value=_e(init))])
+            value=self.emit.init_model(init))])
       return updated_node
     return NEXT
 
@@ -220,15 +201,13 @@ class LifecycleRules:
           not any(a.star for a in ov.args)) and ov.args[0].keyword is None:
         # every value it holds is a legacy module class, of different
         # fields: split the keywords by the class's fields at run time
-        self.imports.add(MODEL_HELPER_IMPORT)
-        args = ', '.join(self._argsrc(a) for a in stmt.value.args) if (
+        args = stmt.value.args if (
             isinstance(stmt.value, cst.Call) and len(stmt.value.args) == len(
-                ov.args)) else ', '.join(self._argsrc(a) for a in ov.args)
-        x = self.ctx.code_of(ov.func.value)
+                ov.args)) else ov.args
         self.note(line, 'X.init(rng, ...) of module classes known at run '
                   'time -> legacy_model.init_module')
-        return [_s(f'{self.ctx.code_of(t)} = legacy_model.init_module({x}, '
-                   f'{args})\n')]
+        return [self.emit.init_any_module(plans.InitAnyModule(
+            t, ov.func.value, tuple(args)))]
       # otherwise left, never silently
       self.todo(ov, f'{self.ctx.code_of(ov.func)}(...) with a pair target: '
                 'legacy module life cycle on a value not known here to hold '
@@ -250,48 +229,33 @@ class LifecycleRules:
                 isinstance(ov.func.value, cst.Name)
                 and self.scope.lookup('modvars_', ov.func.value.value))):
       first = t.elements[0].value
-      second = self.ctx.code_of(t.elements[1].value)
-      init = self._init_expr(v if isinstance(v, cst.Call) and isinstance(
+      init = self._init_plan(v if isinstance(v, cst.Call) and isinstance(
           v.func, cst.Attribute) else ov)
       if init is None:
         return None
-      out = []
       collect = self._stateful[-1] if self._stateful else None
-      with_output = not (isinstance(first, cst.Name) and first.value == '_')
-      params = "_variables['params']"
+      carried = None
       if attr.startswith('create') and objects.model_carried(
           self.codebase, ('mc', self.f.path, id(ov))):
         # the model goes where its parameters alone cannot follow it: it
         # carries its module, whatever M holds at run time (the keywords
         # given here are the init's, as legacy's model kept only M)
-        module = (v.func.value if isinstance(v, cst.Call) and isinstance(
+        carried = (v.func.value if isinstance(v, cst.Call) and isinstance(
             v.func, cst.Attribute) else ov.func.value)
-        self.imports.add(MODEL_HELPER_IMPORT)
-        params = (f'legacy_model.Model({self.ctx.code_of(module)}, '
-                  f'{params})')
-        if not (with_output or (collect is not None and collect[0] is None
-                                and collect[1])):
-          out.append(_s(f'_variables = {init}\n'))
-          with_output = None  # _variables is bound
-      if with_output:
-        # legacy init returned (output or its shape, params)
-        init = init.replace('.init(', '.init_with_output(', 1)
-        out.append(_s(f'{self.ctx.code_of(first)}, _variables = {init}\n'))
+      collections_to = only = None
       if collect is not None and collect[0] is None and collect[1]:
-        if with_output is False:
-          out.append(_s(f'_variables = {init}\n'))
-        out.append(_s(f"{second} = {params}\n"))
-        keep = ("k != 'params'" if collect[4] != attention_cache.COLLECTION
-                else f"k == {attention_cache.COLLECTION!r}")
-        out.append(_s(f'{collect[1]} = {{k: v for k, v in _variables.items()'
-                      f' if {keep}}}\n'))
+        # ``with nn.stateful() as t:``: t gets the other collections
+        collections_to = collect[1]
+        if collect[4] == attention_cache.COLLECTION:
+          only = attention_cache.COLLECTION
         collect[3] = True
-      elif with_output is not False:
-        out.append(_s(f"{second} = {params}\n"))
-      else:
-        out.append(_s(f"{second} = {init}['params']\n"))
+      out = self.emit.model_init(plans.ModelInit(
+          init=init, params=t.elements[1].value,
+          output=None if (isinstance(first, cst.Name)
+                          and first.value == '_') else first,
+          carried_module=carried, collections_to=collections_to, only=only))
       self.note(line, f'{attr} -> linen init' + (
-          '' if params.startswith('_') else ' (the model carries its module: '
+          '' if carried is None else ' (the model carries its module: '
           'legacy_model.Model)'))
       return out
     return NEXT
@@ -304,12 +268,8 @@ class LifecycleRules:
     if (isinstance(f, cst.Attribute) and f.attr.value == 'partial'
         and isinstance(f.value, cst.Attribute)
         and self._is_module_expr(f.value)):
-      self.imports.add('import functools')
       self.note(original_node, 'M.partial -> functools.partial')
-      return updated_node.with_changes(
-          func=_e('functools.partial'),
-          args=cst_util.clean([cst.Arg(value=updated_node.func.value)]
-                      + list(updated_node.args)))
+      return self.emit.module_partial(plans.ModulePartial(updated_node))
     return None
 
   def _call_module_call(self, original_node, updated_node):
@@ -332,12 +292,10 @@ class LifecycleRules:
                   '(they may be fields); use M(fields).apply({"params": '
                   'params}, inputs)')
         return updated_node
-      ctor = self.module_ctor(f.value)
-      params = self.ctx.code_of(original_node.args[0].value).rstrip(', ')
-      inputs = ''.join(', ' + self._argsrc(a)
-                       for a in original_node.args[1:])
       self.note(original_node, 'M.call(params, ...) -> M().apply')
-      return _e(f"{ctor}.apply({{'params': {params}}}{inputs})")
+      return self.emit.apply_model(plans.ApplyModel(
+          f.value, original_node.args[0].value,
+          tuple(original_node.args[1:])))
     return None
 
   def _attr_module_call(self, original_node, updated_node, k):
@@ -364,8 +322,6 @@ class LifecycleRules:
                 'the module\'s inputs; use M(fields).apply({"params": '
                 'params}, inputs)')
       return updated_node
-    self.imports.add(MODEL_HELPER_IMPORT)
     self.note(original_node, 'M.call as a function -> '
               'legacy_model.module_call(M)')
-    return cst.Call(func=_e('legacy_model.module_call'),
-                    args=[cst.Arg(value=updated_node.value)])
+    return self.emit.module_function(plans.ModuleFunction(updated_node.value))

@@ -8,6 +8,7 @@ import os
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.emit import linen as linen_emit
 from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules import optimizer_defs
 
@@ -21,7 +22,7 @@ OPT_PARAM_NAMES = ('optimizer', 'opt', 'new_optimizer')
 
 
 # becomes, imported under this name
-MODEL_HELPER_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_model'
+MODEL_HELPER_IMPORT = linen_emit.MODEL_HELPER_IMPORT
 
 MODEL_PARAM_NAMES = ('model',)
 
@@ -110,14 +111,3 @@ def specs(src):
   if specs is None:
     return None
   return [(s, 'jnp.float32' if d is None else d) for s, d in specs]
-
-
-def spec_input(shape, dtype):
-  """``jnp.ones`` source for one init_by_shape spec; a spec only its value
-  can classify is read at run time as legacy read it (a pair when it has
-  two elements and the first is iterable, else a float32 shape)."""
-  if dtype != facts_lib.RUNTIME_SPEC:
-    return f'jnp.ones({shape}, {dtype})'
-  return (f"jnp.ones(*({shape} if len({shape}) == 2 and hasattr({shape}[0], "
-          f"'__iter__') else ({shape}, jnp.float32)))")
-
