@@ -29,7 +29,8 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                # the program pass's
                'apply_gradients', 'replicate', 'params_of', 'step_of',
                'init_model', 'module_partial', 'apply_model',
-               'module_function')
+               'module_function', 'transformation', 'multi_transform',
+               'make_train_state', 'traversal_object', 'dynamic_scale')
 STATEMENTS = ('field', 'init_any_module')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init')
@@ -429,4 +430,73 @@ def test_program_lifecycle_is_plans(monkeypatch):
                      'functools.partial', '.apply(', 'module_call',
                      'jnp.ones'):
     assert linen_text not in marked, linen_text
+  assert _put_back(marked, log) == plain
+
+
+OPTIMIZERS = '''\
+from flax import nn, optim
+
+
+class Net(nn.Module):
+
+  def apply(self, x):
+    return nn.Dense(x, 3)
+
+
+def make(rng):
+  _, params = Net.init_by_shape(rng, [(1, 4)])
+  model = nn.Model(Net, params)
+  adam = optim.Adam(learning_rate=0.1, weight_decay=1e-4)
+  opt = adam.create(model)
+  lamb = optim.LAMB(0.01).create(model)
+  kernels = optim.ModelParamTraversal(lambda path, _: 'kernel' in path)
+  biases = optim.ModelParamTraversal(lambda path, _: 'bias' in path)
+  both = optim.MultiOptimizer((kernels, optim.Momentum(0.1, beta=0.8)),
+                              (biases, optim.GradientDescent(0.2))
+                              ).create(model)
+  every = optim.ModelParamTraversal(lambda path, _: True)
+  leaves = list(every.iterate(params))
+  scale = optim.DynamicScale(growth_interval=10)
+  return opt, lamb, both, leaves, scale
+'''
+
+
+def test_program_optimizers_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(OPTIMIZERS)
+  new, log = _upgrade(monkeypatch, OPTIMIZERS, marker=False)
+  assert new == plain
+  txs = _plans(log, 'transformation')
+  # the definitions, in order: Adam, LAMB (its call is left before the
+  # create around it), then the pair's two
+  adam = txs[0]
+  assert isinstance(adam, plans.Transformation)
+  assert (adam.name, adam.hypers, adam.per_step, adam.decay, adam.legacy) == (
+      'Adam', (('learning_rate', '0.1'), ('weight_decay', '1e-4')), False,
+      True, None)
+  assert [(t.name, t.hypers) for t in txs[1:]] == [
+      ('LAMB', (('learning_rate', '0.01'),)),
+      ('Momentum', (('learning_rate', '0.1'), ('beta', '0.8'))),
+      ('GradientDescent', (('learning_rate', '0.2'),))]
+  states = _plans(log, 'make_train_state')
+  assert [_code(s.params) for s in states] == ['model'] * 3
+  assert [s.apply_fn for s in states] == ['Net().apply'] * 3
+  assert not any(s.carried for s in states)
+  # adam.create: a definition bound to a name; LAMB: a legacy rule
+  assert states[0].tx == 'adam'
+  lamb = states[1].tx
+  assert lamb.name == 'LAMB' and lamb.legacy[0] == 'lamb'
+  assert lamb.hypers == (('learning_rate', '0.01'),)
+  # the MultiOptimizer's create: the same MultiTransform it was written as
+  (multi,) = _plans(log, 'multi_transform')
+  assert states[2].tx is multi
+  assert [_code(f) for f in multi.filters] == ['kernels', 'biases']
+  assert len(multi.transformations) == 2
+  (kept,) = _plans(log, 'traversal_object')
+  assert _code(kept.call.args[0].value) == 'lambda path, _: True'
+  (scale,) = _plans(log, 'dynamic_scale')
+  assert _code(scale.call.args[0]) == 'growth_interval=10'
+  marked, log = _upgrade(monkeypatch, OPTIMIZERS, marker=True)
+  for linen_text in ('optax.', 'legacy_optax', 'TrainState',
+                     'traverse_util', 'dynamic_scale_lib.'):
+    assert linen_text not in marked.split('class Net')[1], linen_text
   assert _put_back(marked, log) == plain

@@ -441,3 +441,63 @@ class ModuleFunction:
   runs."""
   module: Any
 
+
+# -- optimizers (rules/program/optimizers.py) --
+
+
+@_plan
+class Transformation:
+  """The gradient transformation of the legacy optimizer definition
+  ``optim.<name>(...)``: ``hypers``, ((legacy parameter, its source as
+  written), ...) as the call bound them, in order; ``per_step``: its
+  hyper-parameters can be set per step (the codebase passes a learning
+  rate per step, or the definition gave none); ``decay``: a weight decay
+  is given and not zero; ``legacy``: (function, legacy parameters) of
+  the legacy rule that reproduces the legacy numbers where no standard
+  transformation does (collectors/programs.py ``LEGACY_OPTAX``), or None
+  for the standard one (``OPTAX``)."""
+  name: str
+  hypers: Tuple[Tuple[str, str], ...]
+  per_step: bool = False
+  decay: bool = False
+  legacy: Optional[Tuple[str, Tuple[str, ...]]] = None
+
+
+@_plan
+class MultiTransform:
+  """Legacy ``optim.MultiOptimizer((traversal, opt), ...)``: each
+  parameter the ``i``-th traversal's ``filters[i]`` selects is updated by
+  ``transformations[i]``, the others not at all.  Both as rewritten so
+  far (a filter function, a transformation)."""
+  filters: Tuple[Any, ...]
+  transformations: Tuple[Any, ...]
+
+
+@_plan
+class MakeTrainState:
+  """The train state a legacy ``definition.create(target)`` made:
+  parameters ``params`` (the target, as written), updated by ``tx`` (a
+  Transformation or MultiTransform plan, or the source of an expression
+  holding a transformation made elsewhere); ``apply_fn``: the source of
+  the apply function of the target's module as the pass recorded it, or
+  None where it is not known (a TODO); ``carried``: the target is a
+  model that carries its module (its own apply function)."""
+  params: Any
+  tx: Any
+  apply_fn: Optional[str] = None
+  carried: bool = False
+
+
+@_plan
+class TraversalObject:
+  """A legacy ``optim.ModelParamTraversal(f)`` the code updates or
+  iterates itself (kept as a traversal object); ``call``: the call as
+  rewritten so far."""
+  call: Any
+
+
+@_plan
+class DynamicScale:
+  """Legacy ``optim.DynamicScale(...)`` (mixed-precision loss scaling);
+  ``call``: the call as rewritten so far (its arguments are kept)."""
+  call: Any

@@ -15,13 +15,17 @@ The layer helpers below (``layer_kwarg``, ``add_layer_defaults``,
 rules/constructors.py re-exports them for the ``.partial`` rules.
 """
 
+import re
 import weakref
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade.collectors.programs import OPTAX  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.collectors.programs import OPTAX_FIXED  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade import plans
 
 
 def renamed_kwargs(layer, value):
@@ -595,6 +599,122 @@ class LinenProgramEmitter:
     self._import(MODEL_HELPER_IMPORT)
     return cst.Call(func=cst.parse_expression('legacy_model.module_call'),
                     args=[cst.Arg(value=plan.module)])
+
+  # -- optimizers --
+  def _legacy_tx_src(self, plan):
+    """``legacy_optax.<rule>(...)`` source of a Transformation."""
+    fn, params = plan.legacy
+    kw = dict(plan.hypers)
+    self._import('from flaxlegacy.migrate import legacy_optax')
+    if plan.per_step:
+      # the learning rate is set per step; legacy branched in Python on
+      # the other hyper-parameters (and Adafactor's dtype_momentum would
+      # pass for a schedule), so all of them stay static
+      self._import('import optax')
+      kw = {'learning_rate': kw.get('learning_rate') or '0.0', **kw}
+      static = [repr(p) for p in params[1:]]
+      static = '(' + ', '.join(static) + (',' if len(static) == 1 else '') + ')'
+      inner = ', '.join(f'{p}={v}' for p, v in kw.items())
+      return (f'optax.inject_hyperparams(legacy_optax.{fn}, '
+              f'static_args={static})({inner})')
+    inner = [kw['learning_rate']] + [f'{p}={kw[p]}' for p in params[1:]
+                                     if p in kw]
+    return f"legacy_optax.{fn}({', '.join(inner)})"
+
+  def _transformation_src(self, plan):
+    """optax source of a Transformation (collectors/programs.py
+    ``OPTAX``: the optax function and keyword of each legacy
+    hyper-parameter, with legacy's defaults)."""
+    if plan.legacy is not None:
+      return self._legacy_tx_src(plan)
+    name = plan.name
+    fn, table = OPTAX[name]
+    kw = dict(plan.hypers)
+    self._import('import optax')
+    if plan.per_step:
+      inner = []
+      for k, (ok, default) in table.items():
+        v = kw.get(k, default)
+        if k == 'learning_rate' and v is None:
+          v = '0.0'  # set per step with apply_gradients
+        if v is not None:
+          inner.append(f'{ok}={v}')
+      inner += OPTAX_FIXED.get(name, ())
+      tx = f"optax.inject_hyperparams({fn})({', '.join(inner)})"
+    else:
+      inner = [kw['learning_rate']]
+      for k, (ok, default) in table.items():
+        v = kw.get(k, default)
+        if k == 'learning_rate' or v is None:
+          continue
+        inner.append(f'{ok}={v}')
+      inner += OPTAX_FIXED.get(name, ())
+      tx = f"{fn}({', '.join(inner)})"
+    if name == 'Adam' and plan.decay:
+      # optax.adam(...) or optax.inject_hyperparams(optax.adam)(...)
+      tx = re.sub(r'\boptax\.adam(?=[()])', 'optax.adamw', tx, count=1)
+    elif name == 'Adam':
+      tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
+    if name == 'Momentum' and plan.decay:
+      tx = tx.replace(f', weight_decay={kw["weight_decay"]}', '')
+      tx = f'optax.chain(optax.add_decayed_weights({kw["weight_decay"]}), {tx})'
+    elif name == 'Momentum':
+      tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
+    return tx
+
+  def _multi_transform_src(self, plan):
+    self._import('import optax')
+    self._import('from flaxlegacy.migrate import legacy_optax')
+    items = ', '.join(f"'{i}': {_fresh_code(t)}"
+                      for i, t in enumerate(plan.transformations))
+    filters = ', '.join(_fresh_code(f) for f in plan.filters)
+    return (f"optax.multi_transform({{{items}, 'frozen': optax.set_to_zero()"
+            f"}}, legacy_optax.traversal_labels({filters}))")
+
+  def _tx_src(self, tx):
+    if isinstance(tx, str):
+      return tx  # a transformation made elsewhere
+    if isinstance(tx, plans.MultiTransform):
+      return self._multi_transform_src(tx)
+    return self._transformation_src(tx)
+
+  def transformation(self, plan):
+    """Transformation -> ``optax.<fn>(...)`` (``inject_hyperparams`` where
+    set per step; ``legacy_optax`` where optax has no same numbers)."""
+    return cst.parse_expression(self._transformation_src(plan))
+
+  def multi_transform(self, plan):
+    """MultiTransform -> ``optax.multi_transform`` labelled by
+    ``legacy_optax.traversal_labels`` (the rest frozen)."""
+    return cst.parse_expression(self._multi_transform_src(plan))
+
+  def make_train_state(self, plan):
+    """MakeTrainState -> ``train_state.TrainState.create(apply_fn=,
+    params=, tx=)``."""
+    if plan.carried:
+      # its params are the Model; apply_fn calls it
+      self._import(MODEL_HELPER_IMPORT)
+      apply = 'legacy_model.apply_model'
+    else:
+      apply = plan.apply_fn if plan.apply_fn is not None else 'None'
+    tx = self._tx_src(plan.tx)
+    self._import('from flax.training import train_state')
+    return cst.parse_expression(
+        f'train_state.TrainState.create(apply_fn={apply}, '
+        f'params={self._code(plan.params)}, tx={tx})')
+
+  def traversal_object(self, plan):
+    """TraversalObject -> ``flax.traverse_util.ModelParamTraversal``."""
+    self._import('import flax.traverse_util')
+    return plan.call.with_changes(
+        func=cst.parse_expression('flax.traverse_util.ModelParamTraversal'))
+
+  def dynamic_scale(self, plan):
+    """DynamicScale -> ``flax.training.dynamic_scale.DynamicScale``."""
+    self._import('from flax.training import dynamic_scale as '
+                 'dynamic_scale_lib')
+    return plan.call.with_changes(
+        func=cst.parse_expression('dynamic_scale_lib.DynamicScale'))
 
   # -- checkpoints --
   def checkpoint_call(self, plan):

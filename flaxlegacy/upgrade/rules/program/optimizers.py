@@ -16,25 +16,25 @@ collectors/programs.py's (facts need them too).  User-written
 ``OptimizerDef`` subclasses: user_optimizers.py; what a program does with
 an optimizer once made: training_steps.py.
 
-A mixin of ``programs.ProgramRewriter``."""
-
-import re
+A mixin of ``programs.ProgramRewriter``.  A case decides a plan
+(plans.Transformation, MultiTransform, MakeTrainState, TraversalObject,
+DynamicScale) that the pass's emitter (``self.emit``) writes; the optax
+spellings (the ``OPTAX`` table's functions, ``inject_hyperparams``,
+``TrainState``) are the emitter's, the binding of the legacy arguments,
+the TODOs and the report lines stay here."""
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.collectors.programs import LEGACY_OPTAX  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.collectors.programs import MOMENTUM_WITH_DECAY  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.collectors.programs import OPTAX  # pylint: disable=g-importing-member
-from flaxlegacy.upgrade.collectors.programs import OPTAX_FIXED  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.collectors.programs import TX_RULES  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules.program import shared
 from flaxlegacy.upgrade.rules.program.shared import MODEL  # pylint: disable=g-importing-member
-from flaxlegacy.upgrade.rules.program.shared import MODEL_HELPER_IMPORT  # pylint: disable=g-importing-member
-
-_e = shared.expr_node
 
 
 class OptimizerRules:
@@ -49,6 +49,10 @@ class OptimizerRules:
     return self._traversals
 
   def _create(self, node, opt_call, name, tx=None):
+    """The train state ``definition.create(target)`` makes
+    (plans.MakeTrainState), or None (a TODO where it is not certain).
+    ``tx``: the source of a transformation made elsewhere, or None for
+    the definition ``opt_call`` (``optim.<name>(...)``)."""
     if not node.args:
       return None
     why = objects.optimizer_kept(self.codebase,
@@ -59,7 +63,6 @@ class OptimizerRules:
                 'every place it reaches')
       return None
     target = node.args[0].value
-    target_src = self.ctx.code_of(target)
     if tx is None:
       tx = self._tx(node, opt_call, name)
     if tx is None:
@@ -70,26 +73,22 @@ class OptimizerRules:
     if why:
       self.todo(node, f'optimizer target: {why}; port by hand')
       return None
-    if is_carried:
-      # its params are the Model; apply_fn calls it
-      self.imports.add(MODEL_HELPER_IMPORT)
-      apply = 'legacy_model.apply_model'
-    elif isinstance(target, cst.Name):
+    if not is_carried and isinstance(target, cst.Name):
       apply = self.apply_fn_for(target.value)
-    if apply is None:
-      apply = 'None'
+    if not is_carried and apply is None:
       self._bare_creates.add(id(node))
       self.todo(node, 'TrainState.apply_fn: the module of this model is not '
                 'known here; apply it with module.apply (and if the target '
                 'is a bare array, not a dict of parameters, '
                 'TrainState.apply_gradients refuses it: wrap it in a dict)')
-    self.imports.add('from flax.training import train_state')
     self.note(node, f'optim.{name}(...).create -> TrainState')
-    return _e(f'train_state.TrainState.create(apply_fn={apply}, '
-              f'params={target_src}, tx={tx})')
+    return self.emit.make_train_state(plans.MakeTrainState(
+        params=target, tx=tx, apply_fn=apply, carried=bool(is_carried)))
 
   def _tx(self, node, opt_call, name):
-    """optax source for ``optim.<name>(...)`` (the call node), or None."""
+    """The transformation of ``optim.<name>(...)`` (the call node): a
+    plans.Transformation, the MultiTransform of a MultiOptimizer, or None
+    (a TODO)."""
     if name in LEGACY_OPTAX:
       return self._legacy_tx(node, opt_call, name, LEGACY_OPTAX[name])
     if name == 'MultiOptimizer':
@@ -99,47 +98,18 @@ class OptimizerRules:
                 'numbers is known to the upgrade; port by hand (a legacy '
                 'definition gives one: optimizer_def.as_optax())')
       return None
-    fn, table = OPTAX[name]
+    _, table = OPTAX[name]
     kw = self._bind_args(node, opt_call, name, tuple(table),
                          'no rewrite for this argument')
     if kw is None:
       return None
     decay = shared.nonzero(kw.get('weight_decay'))
-    if self.per_step_lr or kw.get('learning_rate') is None:
-      if name == 'Momentum' and decay:
-        # a chain has no hyperparams to set: one legacy_optax state instead
-        return self._legacy_tx(node, opt_call, name, MOMENTUM_WITH_DECAY)
-      self.imports.add('import optax')
-      inner = []
-      for k, (ok, default) in table.items():
-        v = kw.get(k, default)
-        if k == 'learning_rate' and v is None:
-          v = '0.0'  # set per step with apply_gradients
-        if v is not None:
-          inner.append(f'{ok}={v}')
-      inner += OPTAX_FIXED.get(name, ())
-      tx = f"optax.inject_hyperparams({fn})({', '.join(inner)})"
-    else:
-      self.imports.add('import optax')
-      inner = [kw['learning_rate']]
-      for k, (ok, default) in table.items():
-        v = kw.get(k, default)
-        if k == 'learning_rate' or v is None:
-          continue
-        inner.append(f'{ok}={v}')
-      inner += OPTAX_FIXED.get(name, ())
-      tx = f"{fn}({', '.join(inner)})"
-    if name == 'Adam' and decay:
-      # optax.adam(...) or optax.inject_hyperparams(optax.adam)(...)
-      tx = re.sub(r'\boptax\.adam(?=[()])', 'optax.adamw', tx, count=1)
-    elif name == 'Adam':
-      tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
-    if name == 'Momentum' and decay:
-      tx = tx.replace(f', weight_decay={kw["weight_decay"]}', '')
-      tx = f'optax.chain(optax.add_decayed_weights({kw["weight_decay"]}), {tx})'
-    elif name == 'Momentum':
-      tx = re.sub(r',? ?weight_decay=[^,)]*', '', tx)
-    return tx
+    per_step = bool(self.per_step_lr or kw.get('learning_rate') is None)
+    if per_step and name == 'Momentum' and decay:
+      # a chain has no hyperparams to set: one legacy_optax state instead
+      return self._legacy_tx(node, opt_call, name, MOMENTUM_WITH_DECAY)
+    return plans.Transformation(name, tuple(kw.items()), per_step=per_step,
+                                decay=decay)
 
   def _argsrc_new(self, a):
     """Source of an argument of an updated (rewritten) call."""
@@ -155,11 +125,9 @@ class OptimizerRules:
     parameter dict a model became)."""
     args = updated.args
     if id(original) in self._traversal_objects():
-      self.imports.add('import flax.traverse_util')
       self.note(original, 'optim.ModelParamTraversal -> '
                 'flax.traverse_util.ModelParamTraversal')
-      return updated.with_changes(
-          func=_e('flax.traverse_util.ModelParamTraversal'))
+      return self.emit.traversal_object(plans.TraversalObject(updated))
     if len(args) != 1 or args[0].keyword is not None or args[0].star:
       self.todo(original, 'optim.ModelParamTraversal call form')
       return updated
@@ -167,8 +135,8 @@ class OptimizerRules:
     return args[0].value
 
   def _multi(self, original, updated):
-    """``optim.MultiOptimizer((traversal, opt), ...)`` ->
-    ``optax.multi_transform`` with legacy_optax.traversal_labels."""
+    """``optim.MultiOptimizer((traversal, opt), ...)``: the
+    plans.MultiTransform, or None (a TODO)."""
     if self.per_step_lr:
       self.todo(original, 'optim.MultiOptimizer with hyper-parameters set per '
                 'step: optax.multi_transform has no hyperparams to set')
@@ -199,16 +167,12 @@ class OptimizerRules:
         self.todo(original, 'optim.MultiOptimizer: a pair is not a '
                   'ModelParamTraversal and a built-in optimizer known here')
         return None
-      filters.append(cst.Module([]).code_for_node(u_trav.value))
-      txs.append(u_opt_src)
+      filters.append(u_trav.value)
+      txs.append(u_opt.value)
     if not txs:
       self.todo(original, 'optim.MultiOptimizer without pairs')
       return None
-    self.imports.add('import optax')
-    self.imports.add('from flaxlegacy.migrate import legacy_optax')
-    items = ', '.join(f"'{i}': {t}" for i, t in enumerate(txs))
-    return (f"optax.multi_transform({{{items}, 'frozen': optax.set_to_zero()"
-            f"}}, legacy_optax.traversal_labels({', '.join(filters)}))")
+    return plans.MultiTransform(tuple(filters), tuple(txs))
 
   def _bind_args(self, node, opt_call, name, params, unknown):
     """``{legacy parameter: argument source}`` of ``optim.<name>(...)``
@@ -234,27 +198,17 @@ class OptimizerRules:
     return kw
 
   def _legacy_tx(self, node, opt_call, name, rule):
-    """``legacy_optax.<rule>(...)`` for ``optim.<name>(...)``, or None."""
-    fn, params = rule
+    """The Transformation of ``optim.<name>(...)`` by the legacy rule
+    ``rule`` (``legacy_optax``), or None."""
+    _, params = rule
     kw = self._bind_args(node, opt_call, name, params,
                          'not a parameter of the legacy constructor')
     if kw is None:
       return None
-    self.imports.add('from flaxlegacy.migrate import legacy_optax')
-    if self.per_step_lr or kw.get('learning_rate') is None:
-      # the learning rate is set per step; legacy branched in Python on
-      # the other hyper-parameters (and Adafactor's dtype_momentum would
-      # pass for a schedule), so all of them stay static
-      self.imports.add('import optax')
-      kw = {'learning_rate': kw.get('learning_rate') or '0.0', **kw}
-      static = [repr(p) for p in params[1:]]
-      static = '(' + ', '.join(static) + (',' if len(static) == 1 else '') + ')'
-      inner = ', '.join(f'{p}={v}' for p, v in kw.items())
-      return (f'optax.inject_hyperparams(legacy_optax.{fn}, '
-              f'static_args={static})({inner})')
-    inner = [kw['learning_rate']] + [f'{p}={kw[p]}' for p in params[1:]
-                                     if p in kw]
-    return f"legacy_optax.{fn}({', '.join(inner)})"
+    return plans.Transformation(
+        name, tuple(kw.items()),
+        per_step=bool(self.per_step_lr or kw.get('learning_rate') is None),
+        legacy=(rule[0], tuple(params)))
 
   def _call_optim_create(self, original_node, updated_node):
     """``optim.X(...).create(target)``."""
@@ -324,13 +278,16 @@ class OptimizerRules:
         self._multi_src[id(original_node)] = tx
         self.note(original_node, 'optim.MultiOptimizer -> '
                   'optax.multi_transform')
-        return _e(tx)
+        return self.emit.multi_transform(tx)
       return updated_node
     if name in TX_RULES:
       tx = self._tx(original_node, original_node, name)
       if tx is not None:
-        self.note(original_node, f'optim.{name}(...) -> {tx.split("(")[0]}')
-        return _e(tx)
+        new = self.emit.transformation(tx)
+        # the report names the function the target's text calls
+        self.note(original_node, f'optim.{name}(...) -> '
+                  f'{cst.Module([]).code_for_node(new).split("(")[0]}')
+        return new
     return None
 
   def _call_dynamic_scale(self, original_node, updated_node):
@@ -338,10 +295,7 @@ class OptimizerRules:
     f = original_node.func
     if isinstance(f, cst.Name) or isinstance(f, cst.Attribute):
       if self.is_optim(f) == 'DynamicScale':
-        self.imports.add('from flax.training import dynamic_scale as '
-                         'dynamic_scale_lib')
-        return updated_node.with_changes(
-            func=_e('dynamic_scale_lib.DynamicScale'))
+        return self.emit.dynamic_scale(plans.DynamicScale(updated_node))
     return None
 
 
