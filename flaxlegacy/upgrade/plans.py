@@ -3,7 +3,7 @@ the text that does it (issue 24: "what a rule decides ... is kept apart
 from the text it emits").
 
 A rule case (rules/apply/*.py, rules/modules.py, rules/module_methods.py;
-of the program pass, rules/program/checkpoints.py) reads the legacy code
+of the program pass, rules/program/{checkpoints,training_steps,lifecycle,optimizers}.py) reads the legacy code
 and the facts, decides -- or leaves a TODO and answers the code as it was
 -- and returns one of these plans; an emitter (upgrade/emit/, one per
 target: ``LinenEmitter`` today) turns the plan into libcst nodes.  A plan

@@ -9,7 +9,7 @@ Emitters import no rule (tests/test_upgrade_layers.py).
 from flaxlegacy.upgrade.emit import linen
 
 TARGETS = {'linen': linen.LinenEmitter}
-# the program pass's (rules/programs.py; only checkpoints write plans yet)
+# the program pass's (rules/programs.py)
 PROGRAM_TARGETS = {'linen': linen.LinenProgramEmitter}
 
 
