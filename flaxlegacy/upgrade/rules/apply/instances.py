@@ -93,12 +93,17 @@ class InstanceRules:
       self.todo(original, f'.shared(**...) of {inner.kind}')
       return updated
     ctor = constructors.ctor_expr(self, inner, updated.func.value)
+    bound = []  # call parameters the shared instance binds
     if inner.kind == 'class':
       bad = [a for a in args if cst_util.kw(a) not in inner.target.fields + ['name']]
-      if bad:
+      if any(a.keyword is None or cst_util.kw(a) not in inner.target.call[1:]
+             for a in bad):
         self.todo(original, '.shared binds call parameters')
         return updated
-      kwargs = args
+      # keywords of its __call__ (legacy bound them for every call, a
+      # call's own keyword winning): functools.partial of the instance
+      bound = bad
+      kwargs = [a for a in args if a not in bad]
     else:
       kwargs = [constructors.layer_kwarg(a, inner.target) for a in args]
       kwargs = constructors.add_layer_defaults(inner.target, kwargs)
@@ -109,4 +114,9 @@ class InstanceRules:
       if name is not None:
         kwargs = list(kwargs) + [cst_util.arg(name, 'name')]
     self.rewrote(original, 'shared', '.shared(...) -> one module instance')
-    return cst.Call(func=ctor, args=cst_util.clean_args(kwargs))
+    instance = cst.Call(func=ctor, args=cst_util.clean_args(kwargs))
+    if not bound:
+      return instance
+    self.ctx.needed_imports.add('functools')
+    return cst.Call(func=cst_util.expr('functools.partial'),
+                    args=cst_util.clean_args([cst_util.arg(instance)] + bound))
