@@ -132,3 +132,55 @@ def run_elsewhere(runner):
   assert status == 0
   train = (tmp_path / 'out' / 'train.py').read_text()
   assert TODO in train and "'flax_module'" in train, train
+
+
+TRAIN_STATEFUL = '''
+import jax
+import jax.numpy as jnp
+from flax import nn
+import utils
+
+
+def create_model(flax_module, model_kwargs, key, input_shape):
+  module = flax_module.partial(**model_kwargs)
+  with nn.stateful() as init_state:
+    with nn.stochastic(key):
+      _, initial_params = module.init_by_shape(key,
+                                               [(input_shape, jnp.float32)])
+      model = nn.Model(module, initial_params)
+  return model, init_state
+
+
+def run(kind, kwargs):
+  x = jnp.arange(8.0).reshape((2, 4)) / 8
+  model, state = utils.get_model(kind, create_model, kwargs,
+                                 jax.random.PRNGKey(0), x.shape)
+  with nn.stateful(state, mutable=False):
+    return model(x, train=False)
+'''
+
+
+def test_dispatcher_result_follows_the_callback_of_each_call(tmp_path):
+  # a second trainer hands the same dispatcher a create_model returning
+  # (model, state): each call of the dispatcher returns what its own
+  # callback returns, so neither trainer's model is "a model or a tuple"
+  files = _files()
+  files['train_stateful.py'] = TRAIN_STATEFUL
+  src, out, _ = upgrade_run.upgrade_dir(tmp_path, files)
+  train = (out / 'train.py').read_text()
+  assert TODO not in train, train
+  stateful = (out / 'train_stateful.py').read_text()
+  assert TODO not in stateful, stateful
+  run = RUN + '''
+import train_stateful
+out = {k: train_stateful.run(k, {'features': 2}).tolist()
+       for k in ('small', 'deep')}
+print(json.dumps(out))
+'''
+  for module in ('train', 'train_stateful'):
+    code = run if module == 'train_stateful' else RUN
+    legacy = upgrade_run.run_json(src, code, off=False)
+    upgraded = upgrade_run.run_json(out, code, off=True, legacy_stream=True)
+    for k in ('small', 'deep'):
+      np.testing.assert_allclose(upgraded[k], legacy[k], rtol=1e-6,
+                                 atol=1e-7)
