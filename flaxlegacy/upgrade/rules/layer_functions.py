@@ -113,6 +113,14 @@ def _names(node):
   return v.names
 
 
+def convert_top_level(up, node):
+  """The rewritten top-level FunctionDef ``node`` where it is such a
+  function, else None (the legacy calls keep their TODOs)."""
+  if not applies(up, node):
+    return None
+  return convert(up, node)
+
+
 def convert(up, node):
   """The rewritten FunctionDef, or None (the legacy calls keep TODOs)."""
   from flaxlegacy.upgrade.rules import apply_rewriter  # pylint: disable=g-import-not-at-top

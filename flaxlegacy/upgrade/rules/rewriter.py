@@ -18,7 +18,6 @@ from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import imports as imports_rule
 from flaxlegacy.upgrade.rules import jax_names
-from flaxlegacy.upgrade.rules import layer_functions
 from flaxlegacy.upgrade.rules import partial_calls
 from flaxlegacy.upgrade.rules import partials
 from flaxlegacy.upgrade.rules import recurrent
@@ -406,9 +405,10 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     info = self.ctx.facts.modules.get(node.name.value)
     if info is not None and info.kind == 'function':
       return False
-    if (top and self.PLAIN_BODIES
-        and layer_functions.applies(self, node)):
-      new = layer_functions.convert(self, node)
+    convert = getattr(self.ctx, 'convert_layer_function', None)
+    if top and self.PLAIN_BODIES and convert is not None:
+      # (rules/layer_functions.py, through the context: no import cycle)
+      new = convert(self, node)
       if new is not None:  # a plain function building layers for modules
         self._layer_functions = getattr(self, '_layer_functions', {})
         self._layer_functions[id(node)] = new
