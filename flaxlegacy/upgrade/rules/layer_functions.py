@@ -88,8 +88,9 @@ def applies(up, node):
   flow = getattr(codebase, 'flow', None)
   rel = getattr(up.ctx.facts, 'path', None)
   name = node.name.value
-  if flow is None or rel is None or name in up.ctx.facts.modules:
-    return False
+  if (flow is None or rel is None or name in up.ctx.facts.modules
+      or name in getattr(up.ctx.facts, 'partial_helpers', ())):
+    return False  # (helpers returning X.partial have their own rule)
   d = flow.defs.get((rel, name))
   if d is None or d.escapes or d.open or not d.called:
     return False
