@@ -159,3 +159,17 @@ def test_flow_parts_import_only_shared_and_queries():
     inside = {t for t, _ in graph[name]
               if t == f'{PACKAGE}.flow' or t.startswith(f'{PACKAGE}.flow_')}
     assert inside <= allowed - {name}, f'{name} imports {sorted(inside)}'
+
+
+def test_plans_and_emitters_import_no_rules():
+  # a plan is what a rule decided, an emitter writes it: both sit under
+  # the rules (an NNX emitter must not reach into the linen rules)
+  graph = import_graph()
+  emitters = sorted(n for n in graph if n == f'{PACKAGE}.emit'
+                    or n.startswith(f'{PACKAGE}.emit.'))
+  assert f'{PACKAGE}.emit.linen' in emitters
+  for name in [f'{PACKAGE}.plans'] + emitters:
+    rules = sorted(t for t, _ in graph[name]
+                   if t == f'{PACKAGE}.rules' or t.startswith(f'{PACKAGE}.rules.'))
+    assert not rules, f'{name} imports rule modules: {rules}'
+  assert not graph[f'{PACKAGE}.plans'], 'plans.py imports the upgrade'

@@ -57,7 +57,8 @@ def test_every_assign_case_is_in_assign_rules_once():
 def test_every_attribute_case_is_in_attribute_cases():
   cases = _cases('_attr_')
   assert {fn for _, _, fn in cases} == set(programs.ATTRIBUTE_CASES.values())
-  assert sorted(programs.ATTRIBUTE_CASES) == ['params', 'step', 'target']
+  assert sorted(programs.ATTRIBUTE_CASES) == ['call', 'params', 'state', 'step',
+                                             'target']
 
 
 def test_concept_modules_import_only_shared_of_their_package():

@@ -404,3 +404,60 @@ def _texts(root, found):
     with open(os.path.join(root, rel), encoding='utf-8') as f:
       out.add((rel, f.read().splitlines()[line - 1].strip()))
   return out
+
+
+def test_statement_walk_finds_every_statement_and_import():
+  """shipping finds imports by walking statements only (not expressions):
+  the same statements as ``ast.walk``, at every depth a statement can be."""
+  import ast  # pylint: disable=g-import-not-at-top
+  code = textwrap.dedent('''
+      import a
+      def f():
+        from flaxlegacy.migrate import legacy_optax as o
+        o.lamb(1)
+        class C:
+          import b
+        try:
+          import c
+        except E:
+          import d
+        else:
+          import e
+        finally:
+          import f
+      while x:
+        if y:
+          import g
+        else:
+          import h
+      match z:
+        case 1:
+          import i
+      with w:
+        for q in r:
+          import j
+        else:
+          import k
+      async def g():
+        async with v:
+          import l
+      try:
+        pass
+      except* E:
+        import m
+      ''')
+  tree = ast.parse(code)
+  want = sorted(id(n) for n in ast.walk(tree) if isinstance(n, ast.stmt))
+  got = shipping._statements(tree)  # pylint: disable=protected-access
+  assert sorted(map(id, got)) == want
+  imported = {a.name for n in got if isinstance(n, ast.Import) for a in n.names}
+  assert imported == set('abcdefghijklm')
+  assert shipping.uses(code) == {'flaxlegacy.migrate.legacy_optax': {'lamb'}}
+  here = os.path.dirname(os.path.abspath(shipping.__file__))
+  for name in sorted(os.listdir(here)):
+    if name.endswith('.py'):
+      with open(os.path.join(here, name), encoding='utf-8') as fh:
+        tree = ast.parse(fh.read())
+      got = shipping._statements(tree)  # pylint: disable=protected-access
+      assert sorted(map(id, got)) == sorted(
+          id(n) for n in ast.walk(tree) if isinstance(n, ast.stmt)), name

@@ -312,3 +312,40 @@ def test_code_and_statements_is_libcsts_code_and_statement_texts():
     code, texts = cst_util.code_and_statements(module)
     assert code == module.code and code == src.lstrip('\ufeff')
     assert texts == [module.code_for_node(s) for s in module.body]
+
+
+def test_code_is_libcsts_code_for_node():
+  """cst_util.code (codegen without libcst's per-node context manager)
+  writes what libcst writes, for modules, statements and expressions."""
+  from flaxlegacy.upgrade import cst_util  # pylint: disable=g-import-not-at-top
+  for src in _sources() + ['x = 1\r\nif a:\r\n\tb = (1,\r\n\t     2)\r\n']:
+    module = cst.parse_module(src)
+    assert cst_util.code(module) == module.code
+    for stmt in module.body:
+      assert cst_util.code(stmt, module) == module.code_for_node(stmt)
+  expr = cst.parse_expression('f(a,  *b, c=[1 , 2])')
+  assert cst_util.code(expr) == cst.Module(body=[]).code_for_node(expr)
+  tabbed = cst.parse_module('if a:\n\tb = 1\n')
+  assert cst_util.code(tabbed.body[0], tabbed) == 'if a:\n\tb = 1\n'
+
+
+def test_dotted_is_libcsts_full_name():
+  """cst_util.dotted answers what libcst's get_full_name_for_node answers,
+  quirks included (``(a + b).x`` -> 'None.x')."""
+  from libcst.helpers import get_full_name_for_node  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade import cst_util  # pylint: disable=g-import-not-at-top
+  seen = []
+
+  class V(cst.CSTVisitor):
+
+    def on_visit(self, node):
+      seen.append(node)
+      return True
+
+  for src in _sources()[:10] + ['(a + b).x.y\nf().x\na[1].b\nx.y.z\n'
+                                '"s".join\n(a).b\na.b(c).d\n@d.e\ndef f(): pass\n']:
+    cst.parse_module(src).visit(V())
+  assert len(seen) > 1000
+  for node in seen:
+    assert cst_util.dotted(node) == get_full_name_for_node(node), node
+  assert cst_util.dotted(cst.parse_expression('(a + b).x')) == 'None.x'

@@ -11,6 +11,7 @@ import sys
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import shipping
@@ -158,7 +159,7 @@ def _gin_configs(others):
 def _parse(sf):
   try:
     sf.module = cst.parse_module(sf.code)
-    sf.statement_texts = [sf.module.code_for_node(s) for s in sf.module.body]
+    _, sf.statement_texts = cst_util.code_and_statements(sf.module)
   except cst.ParserSyntaxError as e:
     line, col, msg = e.raw_line, e.raw_column, str(e).splitlines()[0]
     try:  # Python's own parser points at the offending line more exactly

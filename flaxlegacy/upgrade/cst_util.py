@@ -4,7 +4,9 @@ The upgrade's modules import each other in layers, without circles (counting
 imports inside functions too; tests/test_upgrade_layers.py checks it):
 
 1. leaves: this module, walk.py, positions.py, gin_bindings.py,
-   layer_table.py (the legacy layer table);
+   layer_table.py (the legacy layer table), plans.py (what a module rule
+   decided, in terms no target spells) and the emitters that write plans
+   as a target's code (emit/: linen today);
 2. facts: the fact collectors (collectors/), facts.py, flow.py (its parts
    in flow_facts/);
 3. rules (rules/): read the facts, and import each other downwards only;
@@ -17,6 +19,7 @@ argument-list builders.
 """
 
 import libcst as cst
+from libcst._nodes.internal import CodegenState  # pylint: disable=protected-access
 from libcst.helpers import get_full_name_for_node
 
 LEGACY_NN_MODULES = ('flax.nn', 'flax.deprecated.nn')
@@ -24,6 +27,26 @@ TODO_PREFIX = '# TODO(flaxlegacy upgrade): '
 
 
 def dotted(node):
+  """libcst's ``get_full_name_for_node`` (``a.b.c``; None where it has
+  none), with names and attribute chains worked out here: most of what
+  the facts ask, and libcst's is a chain of ``isinstance`` calls per dot."""
+  t = type(node)
+  if t is cst.Name:
+    return node.value
+  if t is cst.Attribute:
+    parts = [node.attr.value]
+    value = node.value
+    while type(value) is cst.Attribute:
+      parts.append(value.attr.value)
+      value = value.value
+    # (what libcst writes for any head, ``None`` too: ``f"{head}.x"``)
+    parts.append(value.value if type(value) is cst.Name else
+                 str(_full_name(value)))
+    return '.'.join(reversed(parts))
+  return _full_name(node)
+
+
+def _full_name(node):
   try:
     return get_full_name_for_node(node)
   except Exception:  # pylint: disable=broad-except
@@ -266,13 +289,52 @@ def add_import_lines(module, statements, bound):
   return module.with_changes(body=body)
 
 
+class _NoPosition:
+  """``record_syntactic_position`` that records nothing, without the
+  generator context manager libcst's plain codegen enters per node."""
+
+  __slots__ = ()
+
+  def __enter__(self):
+    return None
+
+  def __exit__(self, *exc):
+    return False
+
+
+_NO_POSITION = _NoPosition()
+
+
+class _CodeState(CodegenState):
+  """libcst's plain codegen state, minus its per-node no-op generator:
+  the same tokens, about a third less time (tests/test_upgrade_walk.py)."""
+
+  def record_syntactic_position(self, node, *, start_node=None,
+                                end_node=None):  # pylint: disable=unused-argument
+    return _NO_POSITION
+
+
+def code(node, module=None):
+  """``module.code_for_node(node)`` (``module.code`` for a module), the
+  same text, faster.  ``module`` gives the indentation and newline (a
+  default module's where None)."""
+  m = module if module is not None else (
+      node if isinstance(node, cst.Module) else _DEFAULT_MODULE)
+  state = _CodeState(default_indent=m.default_indent,
+                     default_newline=m.default_newline)
+  node._codegen(state)  # pylint: disable=protected-access
+  return ''.join(state.tokens)
+
+
+_DEFAULT_MODULE = cst.Module(body=[])
+
+
 def code_and_statements(module):
   """``(module.code, [module.code_for_node(s) for s in module.body])`` in
   one code generation instead of two: each top-level statement's text is
   its slice of the module's tokens (tests/test_upgrade_walk.py checks it
   against libcst's own)."""
-  from libcst._nodes.internal import CodegenState  # pylint: disable=g-import-not-at-top,protected-access
-  state = CodegenState(default_indent=module.default_indent,
+  state = _CodeState(default_indent=module.default_indent,
                        default_newline=module.default_newline)
   for line in module.header:
     line._codegen(state)  # pylint: disable=protected-access

@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.collectors import helpers as helper_facts
@@ -458,6 +459,12 @@ class CodebaseFacts:
     full = file_facts.imports.get(local) if file_facts else None
     if not full:
       return None
+    cache = self.__dict__.setdefault('_imported_files', {})  # (add() clears)
+    if full not in cache:
+      cache[full] = self._file_named(full)
+    return cache[full]
+
+  def _file_named(self, full):
     found = None
     for rel, f in self.files.items():
       stem = rel[:-3] if rel.endswith('.py') else rel
@@ -486,6 +493,7 @@ class CodebaseFacts:
 
   def add(self, facts):
     self.files[facts.path] = facts
+    self.__dict__.pop('_imported_files', None)  # (imported_file's answers)
     for name, info in facts.modules.items():
       if not getattr(info, 'nested', False):  # a class local to a function
         self.modules.setdefault(name, info)   # is not importable
@@ -567,7 +575,7 @@ def collect(path, module, code_of=None, statement_texts=None, code=None):
   whose text shows nothing a fact is made of are not walked (speed).
   ``code``: the source ``module`` was parsed from, if the caller has it.
   """
-  code_of = code_of or module.code_for_node
+  code_of = code_of or (lambda node: cst_util.code(node, module))
   facts = FileFacts(path=path)
   visitor = _FileVisitor(facts, code_of)
   for i, stmt in enumerate(module.body):

@@ -164,6 +164,7 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
   # -- building --
   def add_file(self, rel, module, file_facts):
     self._module_files[rel] = file_facts
+    self.__dict__.pop('_files_by_module', None)  # (names.py's answers)
     self.modules[rel] = module
     module.visit(collect.Collect(self, rel, file_facts))
 

@@ -34,43 +34,41 @@ class _Syntactic:
 
   def __exit__(self, *exc):
     lines = self.state.lines
-    lines[self.node] = (lines[self.start_node] if self.start_node is not None
-                        else self.line)
+    lines[id(self.node)] = (lines[id(self.start_node)]
+                            if self.start_node is not None else self.line)
     return False
 
 
 class _LineState(CodegenState):
-  """A codegen state that counts lines and records each node's start."""
+  """A codegen state that counts lines and records each node's start
+  (keyed by ``id``: libcst's ``__hash__`` is a Python call).  It keeps no
+  tokens: only the line count is read."""
 
   def __init__(self, default_indent, default_newline):
     super().__init__(default_indent=default_indent,
                      default_newline=default_newline)
     self.line = 1
     self.lines = {}
-    self._stack = []
-
-  def _count(self, value):
-    if '\r' in value:
-      self.line += len(_NEWLINE.findall(value))
-    else:
-      self.line += value.count('\n')
 
   def add_indent_tokens(self):
-    self.tokens.extend(self.indent_tokens)
-    for token in self.indent_tokens:
-      self._count(token)
+    pass  # indentation holds no newline
 
   def add_token(self, value):
-    self.tokens.append(value)
-    self._count(value)
+    if '\r' in value:
+      self.line += len(_NEWLINE.findall(value))
+    elif '\n' in value:
+      self.line += value.count('\n')
+
+  def pop_trailing_newline(self):
+    pass  # the file's end: no node starts after it
 
   def before_codegen(self, node):
-    self._stack.append(self.line)
+    # where its whitespace starts; a syntactic start recorded inside its
+    # codegen (``_Syntactic.__exit__``, later) replaces it
+    self.lines[id(node)] = self.line
 
   def after_codegen(self, node):
-    start = self._stack.pop()
-    if node not in self.lines:
-      self.lines[node] = start
+    pass
 
   def record_syntactic_position(self, node, *, start_node=None,
                                 end_node=None):  # pylint: disable=unused-argument
@@ -78,7 +76,7 @@ class _LineState(CodegenState):
 
 
 def start_lines(module):
-  """{node: its start line (1-based)} for every node of ``module``."""
+  """{id(node): its start line (1-based)} for every node of ``module``."""
   state = _LineState(module.default_indent, module.default_newline)
   module._codegen(state)  # pylint: disable=protected-access
   return state.lines
@@ -109,5 +107,6 @@ class LazyPositions:
   def get(self, node, default=None):
     if self._lines is None:
       self._lines = start_lines(self._module)
-    line = self._lines.get(node)
+    line = self._lines.get(id(node))
     return default if line is None else _Pos(line)
+

@@ -251,6 +251,28 @@ def _helper_module(dotted):
   return dotted if dotted in MODULES else None
 
 
+_STATEMENT_FIELDS = ('body', 'orelse', 'finalbody', 'handlers', 'cases')
+
+
+def _statements(tree):
+  """Every statement of an ``ast`` tree (imports can be at any depth, but
+  only where statements are: bodies, else / finally parts, except
+  handlers and match cases), without walking the expressions, which are
+  most of the nodes."""
+  out = []
+  todo = [tree]
+  while todo:
+    node = todo.pop()
+    for field in _STATEMENT_FIELDS:
+      children = getattr(node, field, None)
+      if children and isinstance(children, list):
+        for child in reversed(children):
+          if isinstance(child, ast.stmt):
+            out.append(child)
+          todo.append(child)  # (an except handler or match case: its body)
+  return out
+
+
 def uses(code):
   """{helper module: names used (or ALL)} of a file's flaxlegacy imports."""
   try:
@@ -259,7 +281,7 @@ def uses(code):
     return {}
   locals_ = {}  # local name -> helper module (a module imported as a value)
   out = collections.defaultdict(set)
-  for node in ast.walk(tree):
+  for node in _statements(tree):
     if isinstance(node, ast.ImportFrom) and node.level == 0:
       if any(f'{node.module}.{a.name}' in MODULES for a in node.names):
         for a in node.names:
@@ -324,7 +346,7 @@ def _imports_of(code):
   except SyntaxError:
     return set(), False
   names, relative = set(), False
-  for node in ast.walk(tree):
+  for node in _statements(tree):
     if isinstance(node, ast.Import):
       for a in node.names:
         names.add(a.name)
@@ -543,7 +565,7 @@ def _rewrite_import_lines(code, home, module_name):
     tree = ast.parse(code)
   except SyntaxError:
     return None
-  stmts = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+  stmts = _statements(tree)
   wanted = [n for n in stmts if isinstance(n, (ast.Import, ast.ImportFrom))
             and ('flaxlegacy' in (getattr(n, 'module', None) or '') or any(
                 'flaxlegacy' in a.name for a in n.names))]

@@ -40,12 +40,15 @@ class FileReport:
 class Context:
   """What every transformer of one file shares."""
 
-  def __init__(self, file_facts, codebase, report, positions, code_of):
+  def __init__(self, file_facts, codebase, report, positions, code_of,
+               target='linen'):
     self.facts = file_facts
     self.codebase = codebase
     self.report = report
     self.positions = positions
     self.code_of = code_of
+    # what the module rules' plans are written as (upgrade/emit/)
+    self.target = target
     self.needed_imports = set()  # 'functools', 'itertools', 'typing.Any'
     # name -> source of a small function the rewritten code calls, written
     # once into the file after its imports (rules/splat.py)
@@ -74,6 +77,11 @@ class Context:
         return pos.start.line
     pos = self.positions.get(node)
     return pos.start.line + self.line_offset if pos is not None else None
+
+
+def _code_of(module):
+  """``module.code_for_node``, faster (cst_util.code)."""
+  return lambda node: cst_util.code(node, module)
 
 
 def parse(code):
@@ -136,7 +144,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
     for s in m.body:
       t = known.get(id(s))
       if t is None:
-        t = known[id(s)] = m.code_for_node(s)
+        t = known[id(s)] = cst_util.code(s, m)
       out.append(t)
     return out
 
@@ -146,7 +154,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   written_positions = LazyPositions(module)
   if programs.relevant(file_facts, codebase, path):
     pctx = Context(file_facts, codebase, report, written_positions,
-                   module.code_for_node)
+                   _code_of(module))
     try:
       new_module = programs.run(pctx, module)
     except Exception as e:  # pylint: disable=broad-except
@@ -173,7 +181,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   if new_module is not module:
     module, code = new_module, None
     statement_texts = texts_of(module)
-  ctx = Context(file_facts, codebase, report, {}, module.code_for_node)
+  ctx = Context(file_facts, codebase, report, {}, _code_of(module))
   ctx.written = written_positions
   upgrader = Upgrader(ctx)
   from flaxlegacy.upgrade.rules.early_linen import removed_modules  # pylint: disable=g-import-not-at-top
@@ -210,7 +218,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # (names of legacy flax.nn are never theirs) and may add lines, which
   # would shift the line numbers the rules above report.
   from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top
-  code = code if new is module and code is not None else new.code
+  code = code if new is module and code is not None else cst_util.code(new)
   out = early_linen.run(file_facts, report, new, code,
                        written=written_positions)
-  return code if out is new else out.code
+  return code if out is new else cst_util.code(out)

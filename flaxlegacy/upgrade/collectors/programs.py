@@ -90,8 +90,12 @@ class _Scan(walk.FastVisitor):
     f.model_builders = {}  # function -> (params, module expr src, index)
     f.model_site_names = {}  # id(nn.Model call) -> the class it names
     f.per_step_lr = False
+    # the names flax.optim is spelled by here: ``optim`` of ``from flax
+    # import optim``, and ``flax.optim`` spelled out after ``import flax``
     f.optim_locals = {l for l, full in f.imports.items()
-                      if full in ('flax.optim',)}
+                      if full in ('flax.optim',)} | {
+                          f'{l}.optim' for l, full in f.imports.items()
+                          if full == 'flax'}
     f.user_optdefs = set()  # classes derived from optim.OptimizerDef & co
     # user optimizer definitions: class -> optimizer_defs.Plan (translated)
     # or why not; and every class's bases (last name), for subclasses

@@ -78,6 +78,12 @@ class NameFacts:
       return None
     if not mod:
       return None
+    cache = self.__dict__.setdefault('_files_by_module', {})  # (add_file clears)
+    if mod not in cache:
+      cache[mod] = self._file_named(mod)
+    return cache[mod]
+
+  def _file_named(self, mod):
     stem = mod.replace('.', '/')
     found = None
     for r in self._module_files:

@@ -29,12 +29,19 @@ rewriter's state, and the rules outside (attention.py, recurrent.py,
 drivers.py ...) take the rewriter itself.  The ``.partial`` helpers both
 rewriters use are rules/partials.py's, the constructor helpers
 rules/constructors.py's, ``Resolver`` rules/resolver.py's.
+
+The cases decide and the rewriter's emitter writes: a case that rewrites
+builds a plan (upgrade/plans.py: a dropout, a parameter, a submodule call,
+an instance, its auto-name ...) and returns ``self.emit.<kind>(plan)``,
+the emitter of the file's target (upgrade/emit/; ``self.emit`` is set by
+``Upgrader``).  TODOs and report entries stay the cases'.
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention_cache
@@ -257,19 +264,27 @@ class ApplyRewriter(instances.InstanceRules, stochastic.StochasticRules,
     values = self.flow_values(expr)
     return values is not None and values == frozenset({flow_lib.NONE})
 
-  def _auto_name(self, original, ref_type_name, ctor_src):
-    """The ``name=`` argument to add for an auto-named call, or None."""
+  def _auto_name_plan(self, original, ref_type_name, ctor_src):
+    """The name to add for an auto-named call (a plans.AutoName), or
+    None."""
     if self.dynamic:
       self.used_dynamic = True
       if ref_type_name is None:
         if ctor_src is None:
           return None
-        return cst_util.expr(f"f'{{{ctor_src}.__name__}}_{{next({_shared.AUTONAME_VAR})}}'")
-      return cst_util.expr(f"f'{ref_type_name}_{{next({_shared.AUTONAME_VAR})}}'")
+        return plans.AutoName(counter=_shared.AUTONAME_VAR, ctor_src=ctor_src)
+      return plans.AutoName(counter=_shared.AUTONAME_VAR,
+                            type_name=ref_type_name)
     name = self.names.get(id(original))
     if name is None:
       return None
-    return cst.SimpleString(repr(name))
+    return plans.AutoName(literal=name)
+
+  def _auto_name(self, original, ref_type_name, ctor_src):
+    """The ``name=`` argument to add for an auto-named call, or None (the
+    plan of ``_auto_name_plan`` written by the emitter)."""
+    plan = self._auto_name_plan(original, ref_type_name, ctor_src)
+    return None if plan is None else self.emit.name(plan)
 
 
 def _cache_call(rw, original_node, updated_node):

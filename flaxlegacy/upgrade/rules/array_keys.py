@@ -133,7 +133,7 @@ def run(file_facts, report, module, code=None):
   ``code``: the module's source, where the caller has it."""
   if not any(v.split('.')[0] == 'jax' for v in file_facts.imports.values()):
     return module
-  code = module.code if code is None else code
+  code = cst_util.code(module) if code is None else code
   if not _MARK.search(code) or 'for ' not in code:
     return module
   rw = _Rewriter(report, positions_lib.LazyPositions(module))

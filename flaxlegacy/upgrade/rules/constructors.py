@@ -3,12 +3,14 @@
 rules/apply/): its constructor expression, legacy layer keywords renamed to
 linen's, the keywords linen needs for the legacy numbers, and the layer or
 class at the bottom of a chain of partials.  Of the rules it imports only
-``subclasses`` (a user's subclass of a legacy layer)."""
+``subclasses`` (a user's subclass of a legacy layer).  What a reference
+constructs is a plan (``module_ref``, upgrade/plans.py); its linen text is
+the emitter's (upgrade/emit/linen.py, where the keyword helpers live)."""
 
-import libcst as cst
 
-from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade.emit import linen as linen_emit
 from flaxlegacy.upgrade.rules import subclasses
 
 
@@ -19,49 +21,33 @@ def partial_root(ref):
   return ref
 
 
+def module_ref(up, ref, updated_func):
+  """The ModuleRef plan (upgrade/plans.py) of what ``ref`` constructs:
+  ``updated_func`` (the callee as rewritten) and, for a legacy layer
+  itself, the layer, the flaxlegacy layer that serves it (reported here:
+  a decision of the rule) or whether it is the user's subclass."""
+  if ref.kind != 'layer':
+    return plans.ModuleRef(expr=updated_func)
+  layer = ref.target
+  if layer.linen in layer_table.SHIPPED:
+    # a flaxlegacy linen layer (layer_table.py SHIPPED)
+    full = layer_table.SHIPPED[layer.linen]
+    up.ctx.report.rewritten.append({
+        'rule': 'layer', 'line': up.ctx.line(updated_func),
+        'what': f'nn.{layer.legacy} -> {layer.linen}',
+        'shipped': full})
+    return plans.ModuleRef(expr=updated_func, layer=layer, shipped=full)
+  return plans.ModuleRef(expr=updated_func, layer=layer,
+                         user_subclass=subclasses.is_user_layer(layer))
+
+
 def ctor_expr(up, ref, updated_func):
-  """The constructor expression: ``nn.Dense``, ``Block``, a variable ..."""
-  if ref.kind == 'layer':
-    if ref.target.linen in layer_table.SHIPPED:
-      # a flaxlegacy linen layer (layer_table.py SHIPPED)
-      full = layer_table.SHIPPED[ref.target.linen]
-      up.ctx.needed_imports.add(full.rsplit('.', 1)[0])
-      up.ctx.report.rewritten.append({
-          'rule': 'layer', 'line': up.ctx.line(updated_func),
-          'what': f'nn.{ref.target.legacy} -> {ref.target.linen}',
-          'shipped': full})
-      return cst_util.expr(ref.target.linen)
-    if subclasses.is_user_layer(ref.target):
-      return updated_func  # the user's subclass of a layer (StdConv)
-    return updated_func if isinstance(updated_func, cst.Attribute) else cst_util.expr(
-        up._prefix() + '.' + ref.target.linen)  # pylint: disable=protected-access
-  return updated_func
+  """The constructor expression: ``nn.Dense``, ``Block``, a variable ...
+  (``module_ref`` written by the rewriter's emitter)."""
+  return up.emit.module_expr(module_ref(up, ref, updated_func))
 
 
-def renamed_kwargs(layer, value):
-  """``**kwargs`` forwarded to a legacy layer, with legacy keys (``bias``)
-  renamed to linen's (``use_bias``) when the call runs."""
-  renames = {k: v for k, v in layer.renames.items() if k in layer.params}
-  if not renames:
-    return value
-  table = '{' + ', '.join(f'{k!r}: {v!r}' for k, v in renames.items()) + '}'
-  src = cst.Module([]).code_for_node(value)
-  if not isinstance(value, (cst.Name, cst.Attribute)):
-    src = f'({src})'
-  return cst_util.expr(f'{{{table}.get(k, k): v for k, v in {src}.items()}}')
-
-
-def layer_kwarg(a, layer):
-  k = cst_util.kw(a)
-  if k is None or k == 'name':
-    return a
-  return a.with_changes(keyword=cst.Name(layer_table.linen_kwarg(layer, k)))
-
-
-def add_layer_defaults(layer, args):
-  have = {cst_util.kw(a) for a in args}
-  out = list(args)
-  for k, v in layer.add_kwargs.items():
-    if k not in have:
-      out.append(cst_util.arg(cst_util.expr(v), k))
-  return out
+# linen spellings of a legacy layer's keywords (the emitter's)
+renamed_kwargs = linen_emit.renamed_kwargs
+layer_kwarg = linen_emit.layer_kwarg
+add_layer_defaults = linen_emit.add_layer_defaults

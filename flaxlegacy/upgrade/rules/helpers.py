@@ -100,7 +100,7 @@ def convert_helpers(up, node, info, apply, others):
         left.append(stmt.name.value)
         body.append(stmt)
         continue
-      new = stmt.with_changes(body=stmt.body.visit(rw))
+      new = stmt.with_changes(body=walk.transform(stmt.body, rw))
       up.rewrote(stmt, 'helper_method', f'{info.name}.{stmt.name.value}: '
                  'submodule construction rewritten')
       body.append(new)

@@ -236,7 +236,7 @@ class Plan:
     rw.fields = set()  # helper locals are not fields
     rw.assigned_fields = []
     rw.names, rw.dynamic, rw.todo_all = apply_rw.names, False, None
-    body = fn.body.visit(rw)
+    body = walk.transform(fn.body, rw)
     return fn.with_changes(body=body)
 
 

@@ -41,6 +41,11 @@ unbound gives the field apply's default).
 
 Left as it was, with a TODO naming the reason: a class that also defines
 ``setup``, a method that assigns one of its field parameters.
+
+Which form, which submodules, under which names, is decided here; the
+class's new pieces are plans (upgrade/plans.py: ``ModuleMethod``,
+``Setup`` / ``SubmoduleAttr``, ``SharedScope`` / ``ScopedMethod``) that
+the rewriter's emitter writes (``up.emit``).
 """
 
 import copy
@@ -49,6 +54,7 @@ import keyword
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import apply_rewriter
@@ -154,13 +160,10 @@ class _Sites(walk.FastVisitor):
 class _Replace(cst.CSTTransformer):
 
   def __init__(self, repl):
-    self.repl = repl  # id(original Call) -> attribute name
+    self.repl = repl  # id(original Call) -> what replaces it
 
   def leave_Call(self, original_node, updated_node):
-    a = self.repl.get(id(original_node))
-    if a is None:
-      return updated_node
-    return cst.Attribute(value=cst.Name('self'), attr=cst.Name(a))
+    return self.repl.get(id(original_node), updated_node)
 
 
 class _DropFieldDels(cst.CSTTransformer):
@@ -233,18 +236,10 @@ def _convert_method(up, info, fn, shared=False):
   rw = apply_rewriter.ApplyRewriter(up, minfo, fn)
   if rw.dynamic and not shared:
     return None, 'its submodule names depend on loops or conditions', None
-  body = fn.body.visit(rw)
+  body = walk.transform(fn.body, rw)
   if rw.assigned_fields:
     return None, f'it assigns the parameter {rw.assigned_fields[0]!r}', None
   body = body.visit(_DropFieldDels())
-  if rw.used_dynamic:
-    up.ctx.needed_imports.add('itertools')
-    stmts = list(body.body)
-    at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0
-    stmts[at:at] = [cst.parse_statement(
-        f'{_shared.AUTONAME_VAR} = itertools.count()  # legacy auto-names: '
-        'one counter for all submodules\n')]
-    body = body.with_changes(body=stmts)
   fields = set(rw.fields)
   ps = fn.params
 
@@ -268,8 +263,10 @@ def _convert_method(up, info, fn, shared=False):
            f'{info.defaults.get(p)} in apply; it is the field self.{p} now, '
            'which a constructor that does not bind it sets to apply\'s '
            'default' for p in differ]
-  return (fn.with_changes(decorators=[], params=params, body=body), dropped,
-          todos)
+  method = up.emit.module_method(plans.ModuleMethod(
+      fn=fn, params=params, body=body,
+      autoname_counter=_shared.AUTONAME_VAR if rw.used_dynamic else None))
+  return method, dropped, todos
 
 
 def _param(fn, name):
@@ -326,47 +323,6 @@ def _fresh(base, taken):
 SCOPE_METHOD = '_legacy_scope'
 
 
-def _split(fn, scope, inner_name, drop_decorators=()):
-  """``fn`` -> (public method forwarding to the compact scope, body)."""
-  ps = fn.params
-  plist = list(ps.posonly_params) + list(ps.params)
-  self_name = plist[0].name.value
-  args = [cst.Arg(value=cst.Name(p.name.value)) for p in plist[1:]]
-  if isinstance(ps.star_arg, cst.Param):
-    args.append(cst.Arg(value=cst.Name(ps.star_arg.name.value), star='*'))
-  args += [cst.Arg(keyword=cst.Name(p.name.value),
-                   value=cst.Name(p.name.value)) for p in ps.kwonly_params]
-  if ps.star_kwarg is not None:
-    args.append(cst.Arg(value=cst.Name(ps.star_kwarg.name.value), star='**'))
-  args = [cst.Arg(value=cst.parse_expression(f'{self_name}.{inner_name}'))
-          ] + args
-  call = cst.Call(func=cst.parse_expression(f'{self_name}.{scope}'),
-                  args=args)
-  stmts = list(fn.body.body)
-  doc = []
-  if stmts and cst_util.is_docstring(stmts[0]):
-    doc, stmts = [stmts[0]], stmts[1:]
-  if not stmts:
-    stmts = [cst.SimpleStatementLine([cst.Pass()])]
-  public = fn.with_changes(
-      decorators=[d for d in fn.decorators if id(d) not in drop_decorators],
-      body=fn.body.with_changes(body=doc + [cst.SimpleStatementLine(
-          [cst.Return(value=call)])]))
-
-  def bare(p):
-    return p.with_changes(default=None, equal=cst.MaybeSentinel.DEFAULT)
-
-  inner_params = ps.with_changes(
-      posonly_params=[bare(p) for p in ps.posonly_params],
-      params=[bare(p) for p in ps.params],
-      kwonly_params=[bare(p) for p in ps.kwonly_params])
-  inner = fn.with_changes(
-      name=cst.Name(inner_name), decorators=[], params=inner_params,
-      body=fn.body.with_changes(body=stmts),
-      leading_lines=[cst.EmptyLine(indent=False)])
-  return public, inner
-
-
 def _shared_form(up, info, new_body, methods):
   """``__call__`` and the module methods forward to one compact method.
 
@@ -404,27 +360,16 @@ def _shared_form(up, info, new_body, methods):
   for s in body:
     if isinstance(s, cst.FunctionDef) and id(s) in forward:
       base = 'call' if s.name.value == '__call__' else s.name.value.strip('_')
-      public, inner = _split(s, scope, _fresh(f'_{base}_body', taken),
-                             {id(d) for d in compact})
+      public, inner = up.emit.scoped_method(plans.ScopedMethod(
+          fn=s, scope=scope, body_name=_fresh(f'_{base}_body', taken),
+          drop_decorators=frozenset(id(d) for d in compact)))
       out += [public, inner]
     else:
       out.append(s)
-  names = ', '.join(['__call__'] + [m.name.value for m in methods])
-  dispatcher = cst.FunctionDef(
-      name=cst.Name(scope),
-      params=cst.Parameters(
-          params=[cst.Param(name=cst.Name('self')),
-                  cst.Param(name=cst.Name('method'))],
-          star_arg=cst.Param(name=cst.Name('args')),
-          star_kwarg=cst.Param(name=cst.Name('kwargs'))),
-      decorators=[compact[0]],
-      body=cst.IndentedBlock(body=[cst.SimpleStatementLine(
-          [cst.Return(value=cst.parse_expression('method(*args, **kwargs)'))],
-          leading_lines=[cst.EmptyLine(comment=cst.Comment(c)) for c in (
-              '# linen allows one compact method: ' + names + ' run their',
-              '# legacy bodies through this one, so they build and share the',
-              '# same submodules, under the names legacy gave them')])]),
-      leading_lines=[cst.EmptyLine(indent=False)])
+  dispatcher = up.emit.shared_scope(plans.SharedScope(
+      name=scope, entry_points=tuple(['__call__'] + [m.name.value
+                                                     for m in methods]),
+      decorator=compact[0]))
   at = next(i for i, s in enumerate(out) if isinstance(s, cst.FunctionDef))
   out[at:at] = [dispatcher]
   out = _with_todos(up, out, todos)
@@ -490,7 +435,7 @@ def _setup_form(up, info, new_body, methods):
     fn.visit(b)
     bound[fname] = b.names
   repl = {}
-  setup_lines = []
+  submodules = []  # (attribute, construction)
   for lit in hoist:
     for fname in fns:
       for call, l2 in sites[fname]:
@@ -508,7 +453,6 @@ def _setup_form(up, info, new_body, methods):
     if len(codes) > 1:
       return None, (f'submodule {lit!r} is built with different arguments '
                     'in two places')
-    code = codes.pop()
     attr = lit if (lit.isidentifier() and not keyword.iskeyword(lit)
                    and lit not in taken) else None
     if attr is None:
@@ -518,15 +462,11 @@ def _setup_form(up, info, new_body, methods):
         attr += '_'
     taken.add(attr)
     for call in hoist[lit]:
-      repl[id(call)] = attr
-    setup_lines.append(cst.parse_statement(f'self.{attr} = {code}\n'))
+      repl[id(call)] = up.emit.submodule_attr(plans.SubmoduleAttr(attr))
+    submodules.append((attr, hoist[lit][0]))
   body = [s.visit(_Replace(repl)) if isinstance(s, cst.FunctionDef) else s
           for s in body]
-  setup = cst.FunctionDef(
-      name=cst.Name('setup'),
-      params=cst.Parameters(params=[cst.Param(name=cst.Name('self'))]),
-      body=cst.IndentedBlock(body=setup_lines),
-      leading_lines=[cst.EmptyLine(indent=False)])
+  setup = up.emit.setup(plans.Setup(tuple(submodules)))
   at = next(i for i, s in enumerate(body)
             if isinstance(s, cst.FunctionDef))
   body[at:at] = [setup]

@@ -26,12 +26,18 @@
 This module converts whole definitions (``convert_class`` /
 ``convert_function``); the body rewriter (``ApplyRewriter``) and what a
 callee resolves to (``Resolver``) are rules/apply_rewriter.py's and
-rules/resolver.py's, the auto-name plan rules/name_plan.py's.
+rules/resolver.py's, the auto-name plan rules/name_plan.py's.  What it
+decides -- the fields (``Field``), the call method (``CallMethod``), a
+class made from a function (``ModuleClass``), a legacy base
+(``ModuleBase``) -- are plans (upgrade/plans.py) the rewriter's emitter
+writes (``up.emit``, upgrade/emit/linen.py).
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import apply_rewriter
 from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
@@ -54,97 +60,96 @@ def _field_annotation(default_src):
   return 'Any'
 
 
-def _body_of(up, info, fn, methods_plan=None):
-  """The rewritten ``__call__`` FunctionDef for ``fn`` (apply / function)."""
+def _call_plan(up, info, fn, methods_plan=None):
+  """The CallMethod plan for ``fn`` (apply / function), and the body's
+  rewriter."""
   rw = (methods_plan.rewriter(up, info, fn) if methods_plan is not None
         else apply_rewriter.ApplyRewriter(up, info, fn))
-  body = fn.body.visit(rw)
+  body = walk.transform(fn.body, rw)
   ps = fn.params
   plist = list(ps.posonly_params) + list(ps.params)
+  self_param = None  # a function: the emitter adds ``self``
   if info.kind == 'class':
     self_param = plist[0]
     plist = plist[1:]
-  else:
-    self_param = cst.Param(name=cst.Name('self'))
   call_params = [p for p in plist + list(ps.kwonly_params)
                  if p.name.value in info.call]
+  star_arg, kwonly = None, ()
   if isinstance(ps.star_arg, cst.Param):
-    # legacy *args: inputs of __call__ too; keyword-only stay so
-    kwonly = [p for p in call_params if p in ps.kwonly_params]
-    new_params = cst.Parameters(
-        params=[self_param] + [p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                               for p in call_params if p not in kwonly],
-        star_arg=ps.star_arg.with_changes(comma=cst.MaybeSentinel.DEFAULT),
-        kwonly_params=[p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                       for p in kwonly])
-  else:
-    new_params = cst.Parameters(params=[self_param] + [
-        p.with_changes(comma=cst.MaybeSentinel.DEFAULT) for p in call_params])
-  prologue = []
-  for f in rw.assigned_fields:
-    prologue.append(cst.parse_statement(f'{f} = self.{f}\n'))
-  if rw.used_dynamic:
-    up.ctx.needed_imports.add('itertools')
-    prologue.append(cst.parse_statement(
-        f'{_shared.AUTONAME_VAR} = itertools.count()  # legacy auto-names: one '
-        'counter for all submodules\n'))
-  if prologue:
-    stmts = list(body.body)
-    at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0
-    stmts[at:at] = prologue
-    body = body.with_changes(body=stmts)
-  compact = cst.Decorator(decorator=cst_util.expr(rw._prefix() + '.compact'))  # pylint: disable=protected-access
-  return fn.with_changes(name=cst.Name('__call__'), params=new_params,
-                         body=body, decorators=[compact],
-                         leading_lines=fn.leading_lines), rw
+    # legacy *args: inputs too; keyword-only stay so
+    star_arg = ps.star_arg
+    kwonly = tuple(p for p in call_params if p in ps.kwonly_params)
+  plan = plans.CallMethod(
+      fn=fn, self_param=self_param, inputs=tuple(call_params), body=body,
+      star_arg=star_arg, kwonly=kwonly,
+      copied_fields=tuple(rw.assigned_fields),
+      autoname_counter=_shared.AUTONAME_VAR if rw.used_dynamic else None)
+  return plan, rw
 
 
-def _fields(up, info):
+def _body_of(up, info, fn, methods_plan=None):
+  """The rewritten ``__call__`` FunctionDef for ``fn`` (apply / function)."""
+  plan, rw = _call_plan(up, info, fn, methods_plan)
+  return up.emit.call_method(plan), rw
+
+
+def _field_plans(info):
+  """(Field plans of a module's hyper-parameters, None), or (the plans of
+  the fields ahead of it, the name a field cannot take)."""
   out = []
   seen_default = False
   for f in info.fields:
     if f in _shared.RESERVED_FIELDS:
-      return None, f
+      return out, f
     default = info.defaults.get(f)
+    kw_only = False
     if default is not None:
       seen_default = True
     elif seen_default:
       # only a keyword-only legacy parameter (``*, conv``) has no default
       # after one with a default: a keyword-only field, as in legacy
       # (a plain one would be a dataclass TypeError at import)
-      up.ctx.needed_imports.add('dataclasses')
-      default = 'dataclasses.field(kw_only=True)'
-    ann = _field_annotation(default)
-    if ann == 'Any':
-      up.ctx.needed_imports.add('typing.Any')
-    if default is not None and default.lstrip().startswith(('[', '{')):
-      # a list / dict default: a dataclass field needs a factory (a fresh
-      # copy per instance; legacy shared one object, which only differs
-      # for code that mutates it)
-      up.ctx.needed_imports.add('dataclasses')
-      default = f'dataclasses.field(default_factory=lambda: {default})'
-    line = f'{f}: {ann}' + (f' = {default}' if default is not None else '')
-    # The default is legacy source: the generic rules (flax.nn spelled out,
-    # removed JAX names, TODOs on legacy layers) apply to it as to the body.
-    out.append(cst.parse_statement(line + '\n').visit(up))
+      kw_only = True
+    # a list / dict default: a fresh copy per instance (legacy shared one
+    # object, which only differs for code that mutates it)
+    out.append(plans.Field(
+        name=f, annotation=_field_annotation(default), default=default,
+        kw_only=kw_only, fresh_default=default is not None
+        and default.lstrip().startswith(('[', '{'))))
   if info.var_kw:
-    up.ctx.needed_imports.add('dataclasses')
-    up.ctx.needed_imports.add('typing.Any')
-    out.append(cst.parse_statement(
-        f'{info.var_kw}: Any = dataclasses.field(default_factory=dict)\n'))
+    out.append(plans.Field(name=info.var_kw, catch_all=True))
   return out, None
 
 
-def _linen_base(base, up):
-  """linen's Module for a legacy ``nn.Module`` / ``nn.base.Module`` base
-  spelled in a way the rewritten imports do not cover (``flax.nn.Module``
-  under ``import flax``; ``nn.base``, which linen lacks), else None."""
-  name = cst_util.dotted(base) or ''
+def _fields(up, info):
+  """The field statements of a module (its Field plans written by the
+  emitter), or (None, the name a field cannot take)."""
+  field_plans, bad = _field_plans(info)
+  out = []
+  for plan in field_plans:
+    stmt = up.emit.field(plan)
+    if not plan.catch_all:
+      # The default is legacy source: the generic rules (flax.nn spelled
+      # out, removed JAX names, TODOs on legacy layers) apply to it as to
+      # the body.
+      stmt = walk.transform(stmt, up)
+    out.append(stmt)
+  if bad is not None:
+    return None, bad
+  return out, None
+
+
+def _module_base(base, up):
+  """The ModuleBase plan of a base Arg that is legacy's ``nn.Module`` /
+  ``nn.base.Module`` spelled in a way the rewritten imports do not cover
+  (``flax.nn.Module`` under ``import flax``; ``nn.base``, which linen
+  lacks), else None."""
+  name = cst_util.dotted(base.value) or ''
   if name in ('flax.nn.Module', 'flax.deprecated.nn.Module',
               'flax.nn.base.Module', 'flax.deprecated.nn.base.Module'):
-    return 'flax.linen.Module'
-  if cst_util.legacy_attr(base, up.ctx.facts.nn_prefixes) == 'base.Module':
-    return name[:-len('.base.Module')] + '.Module'
+    return plans.ModuleBase(base=base, dotted=name, spelled_out=True)
+  if cst_util.legacy_attr(base.value, up.ctx.facts.nn_prefixes) == 'base.Module':
+    return plans.ModuleBase(base=base, dotted=name, spelled_out=False)
   return None
 
 
@@ -222,8 +227,8 @@ def convert_class(up, node, info, plain=False):
   if rw.rename is not None:
     # names written in any method (helpers making submodules for apply)
     up.ctx.report.renames.append(rw.rename.entry(info, legacy_methods))
-  bases = [b.with_changes(value=cst_util.expr(_linen_base(b.value, up)))
-           if _linen_base(b.value, up) else b for b in node.bases]
+  bases = [b if _module_base(b, up) is None
+           else up.emit.module_base(_module_base(b, up)) for b in node.bases]
   return node.with_changes(bases=bases,
                            body=node.body.with_changes(body=new_body))
 
@@ -234,23 +239,12 @@ def convert_function(up, node, info):
   if fields is None:
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
-  call_fn, rw = _body_of(up, info, node)
+  call_plan, rw = _call_plan(up, info, node)
   if rw.rename is not None:
     up.ctx.report.renames.append(rw.rename.entry(info, []))
-  doc = []
-  stmts = list(call_fn.body.body)
-  if stmts and cst_util.is_docstring(stmts[0]):
-    doc = [stmts[0]]
-    call_fn = call_fn.with_changes(body=call_fn.body.with_changes(
-        body=stmts[1:]))
-  prefix = apply_rewriter.ApplyRewriter._prefix(up)  # pylint: disable=protected-access
-  cls = cst.ClassDef(
-      name=cst.Name(info.name),
-      bases=[cst.Arg(value=cst_util.expr(prefix + '.Module'))],
-      body=cst.IndentedBlock(body=doc + fields + [
-          call_fn.with_changes(leading_lines=[cst.EmptyLine(indent=False)] if fields or
-                               doc else [])]),
-      leading_lines=node.leading_lines)
+  cls = up.emit.module_class(plans.ModuleClass(
+      name=info.name, fields=tuple(fields), call=call_plan,
+      leading_lines=node.leading_lines))
   up.rewrote(node, 'module_function', f'@nn.module {info.name} -> class')
   up.ctx.report.modules.append(info.report())
   return cls

@@ -163,6 +163,8 @@ class ProgramRewriter(scopes.ScopeRules, values.ValueQueries,
     self._in_type = 0  # inside a type annotation / typing subscript
     self._type_subscripts = set()
     self._bare_creates = set()  # ids of create(...) calls of unknown targets
+    self._called_funcs = set()  # ids of the func of every call (visit_Call)
+    self._state_steps = set()  # ids of X in every X.step (visit_Attribute)
 
   def leave_SimpleStatementLine(self, original_node, updated_node):
     if len(updated_node.body) != 1:
@@ -191,6 +193,13 @@ class ProgramRewriter(scopes.ScopeRules, values.ValueQueries,
         if new is not NEXT:
           return new
     return self._stateful_assign(orig, stmt, line)
+
+  def visit_Call(self, node):
+    self._called_funcs.add(id(node.func))
+
+  def visit_Attribute(self, node):
+    if node.attr.value == 'step':
+      self._state_steps.add(id(node.value))
 
   def leave_Call(self, original_node, updated_node):
     if self._stateful:
@@ -252,6 +261,8 @@ ASSIGN_RULES = (
 ATTRIBUTE_CASES = {
     'target': training_steps.TrainingStepRules._attr_target,
     'step': training_steps.TrainingStepRules._attr_step,
+    'state': training_steps.TrainingStepRules._attr_state,
+    'call': lifecycle.LifecycleRules._attr_module_call,
     'params': models.ModelRules._attr_params,
 }
 # pylint: enable=protected-access

@@ -14,6 +14,7 @@ callee denotes, ``Resolver``, is rules/resolver.py's.
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import emit as emit_lib
 from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import imports as imports_rule
@@ -95,6 +96,8 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
   def __init__(self, ctx):
     super().__init__()
     self.ctx = ctx
+    # writes the module rules' plans (upgrade/plans.py) as the target's code
+    self.emit = emit_lib.emitter(ctx.target, self)
     self._todos = []  # stack of lists, one per open statement
     self._in_import = 0
     self._handled = set()  # ids of original nodes a rule consumed

@@ -210,7 +210,7 @@ class _Rewriter(walk.FastTransformer):
 def run(report, module, code=None):
   """The module with a TODO above each such statement (the same object if
   there is none); ``code``: the module's source, where the caller has it."""
-  code = module.code if code is None else code
+  code = cst_util.code(module) if code is None else code
   if not _MARK.search(code):
     return module
   modules = _array_modules(module)

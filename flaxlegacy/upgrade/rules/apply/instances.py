@@ -3,11 +3,14 @@ once -> ``X(**kw, name=...)`` (rules/partial_locals.py finds them);
 ``X.shared(**kw)`` -> one instance ``X(**kw)`` called repeatedly;
 ``X.partial(...)`` of a layer / class inside a body -> ``functools.partial``
 (rules/partials.py); other uses of such locals and ``.partial`` /
-``.shared`` of legacy attention get a TODO."""
+``.shared`` of legacy attention get a TODO.
+
+An instance is a plan (plans.Instance) the rewriter's emitter writes."""
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import constructors
@@ -75,16 +78,15 @@ class InstanceRules:
       if any(cst_util.kw(a) not in inner.target.fields + ['name'] for a in args):
         self.todo(original, '.partial binds call parameters')
         return updated
-      kwargs = args
-    else:
-      kwargs = constructors.add_layer_defaults(
-          inner.target, [constructors.layer_kwarg(a, inner.target) for a in args])
+    name = None
     if _shared.call_name(original) is None:
-      kwargs = list(kwargs) + [cst_util.arg(cst.SimpleString(repr(legacy)), 'name')]
+      name = plans.AutoName(literal=legacy)
     self.rewrote(original, 'partial', f'.partial held by {local} (called '
                  'once) -> one module instance')
-    return cst.Call(func=constructors.ctor_expr(self, inner, updated.func.value),
-                    args=cst_util.clean_args(kwargs))
+    module = constructors.module_ref(self, inner, updated.func.value)
+    return self.emit.instance(plans.Instance(
+        module=module, hypers=_hypers(args), name=name,
+        layer=None if inner.kind == 'class' else inner.target))
 
   def _shared(self, original, updated, inner):
     """``X.shared(**kw)`` -> ``X(**kw)``: one instance, called repeatedly."""
@@ -92,7 +94,7 @@ class InstanceRules:
     if any(a.star for a in args):
       self.todo(original, f'.shared(**...) of {inner.kind}')
       return updated
-    ctor = constructors.ctor_expr(self, inner, updated.func.value)
+    module = constructors.module_ref(self, inner, updated.func.value)
     bound = []  # call parameters the shared instance binds
     if inner.kind == 'class':
       bad = [a for a in args if cst_util.kw(a) not in inner.target.fields + ['name']]
@@ -103,20 +105,23 @@ class InstanceRules:
       # keywords of its __call__ (legacy bound them for every call, a
       # call's own keyword winning): functools.partial of the instance
       bound = bad
-      kwargs = [a for a in args if a not in bad]
-    else:
-      kwargs = [constructors.layer_kwarg(a, inner.target) for a in args]
-      kwargs = constructors.add_layer_defaults(inner.target, kwargs)
+      args = [a for a in args if a not in bad]
+    name = None
     if _shared.call_name(original) is None:
-      name = self._auto_name(original, None, None)
+      name = self._auto_name_plan(original, None, None)
       if self.dynamic:
-        name = cst_util.expr(f'str(next({_shared.AUTONAME_VAR}))')
-      if name is not None:
-        kwargs = list(kwargs) + [cst_util.arg(name, 'name')]
+        name = plans.AutoName(counter=_shared.AUTONAME_VAR, bare=True)
     self.rewrote(original, 'shared', '.shared(...) -> one module instance')
-    instance = cst.Call(func=ctor, args=cst_util.clean_args(kwargs))
+    instance = self.emit.instance(plans.Instance(
+        module=module, hypers=_hypers(args), name=name,
+        layer=None if inner.kind == 'class' else inner.target))
     if not bound:
       return instance
     self.ctx.needed_imports.add('functools')
     return cst.Call(func=cst_util.expr('functools.partial'),
                     args=cst_util.clean_args([cst_util.arg(instance)] + bound))
+
+
+def _hypers(args):
+  """The constructor arguments of an instance, keyed by their keyword."""
+  return tuple(plans.Hyper(cst_util.kw(a), a) for a in args)

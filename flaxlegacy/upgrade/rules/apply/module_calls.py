@@ -4,12 +4,17 @@ body: a legacy layer or module class -> construct (hyper-parameters,
 module (rules/splat.py); a shared module's call; a class known only at run
 time (rules/runtime_modules.py); ``nn.dropout`` (stochastic.py) and legacy
 attention (rules/attention.py) go to their rules; a callee not known,
-called like a legacy module, gets a TODO."""
+called like a legacy module, gets a TODO.
+
+A construct + call is a plan (plans.SubmoduleCall) the rewriter's emitter
+writes: the case binds the arguments, leaves TODOs, reports, and decides
+the auto-name; the target's keyword spellings are the emitter's."""
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import constructors
@@ -128,6 +133,7 @@ class ModuleCallRules:
       else:
         self.todo(original, f'unknown argument {k!r} of a legacy module')
         return updated
+    catch_all = None
     if target.kind == 'layer':
       layer = target.target
       origin = {id(a): o for a, o in expanded}
@@ -143,38 +149,18 @@ class ModuleCallRules:
           self.todo(original, layer_table.UNSUPPORTED_ARGS[(layer.legacy, k)])
           return updated
       inputs = [a for k, a in bound if k == 'inputs']
-      ctor, positional_ok = [], ref.kind == 'layer'
-      for k, a in bound:
-        if k == 'inputs':
-          continue
-        if k == 'name':
-          ctor.append(a)
-          continue
-        if k == '**':
-          positional_ok = False
-          ctor.append(a.with_changes(value=constructors.renamed_kwargs(layer, a.value)))
-          continue
-        idx = layer.params.index(k)
-        lk = layer_table.linen_kwarg(layer, k)
-        if (positional_ok and a.keyword is None and idx < len(
-            layer.linen_fields) and layer.linen_fields[idx] == lk):
-          ctor.append(a)
-        else:
-          positional_ok = False
-          ctor.append(cst_util.arg(a.value, lk).with_changes(comma=a.comma))
-      if ref.kind == 'layer':
-        ctor = constructors.add_layer_defaults(layer, ctor)
-      call_args = [a.with_changes(keyword=None,
-                                  equal=cst.MaybeSentinel.DEFAULT)
-                   for a in inputs]
+      # keyed by legacy keyword: the emitter spells them as the target's
+      hypers = [plans.Hyper(k, a) for k, a in bound if k != 'inputs']
+      call_args = inputs
       type_name = layer.legacy
       if layer.note:
         self.ctx.report.rewritten.append(
             {'rule': 'layers', 'line': self.ctx.line(original),
              'what': f'{layer.legacy}: {layer.note}'})
     else:
+      layer = None
       info = target.target
-      ctor, call_args = [], []
+      hypers, call_args = [], []
       splats = [a for k, a in bound if k == '**']
       given = {kk for kk, _ in bound}
       if len(splats) > 1:
@@ -183,13 +169,13 @@ class ModuleCallRules:
         return updated
       for k, a in bound:
         if k == 'name' or k in info.fields:
-          ctor.append(a if a.keyword is not None else cst_util.arg(a.value, k))
+          hypers.append(plans.Hyper(k, a))
         elif k == '**':
           new = self._splat(original, info, a, splat_values.get(id(a)),
                             given, var_kw)
           if new is None:
             return updated
-          ctor.append(new[0])
+          hypers.append(plans.Hyper('**', new[0]))
           if new[1] is not None:
             call_args.append(cst.Arg(value=new[1], star='**'))
           if info.var_kw:
@@ -197,26 +183,26 @@ class ModuleCallRules:
         else:
           call_args.append(a)
       if var_kw:
-        items = ', '.join(f'{k!r}: {self.ctx.code_of(a.value)}'
-                          for k, a in var_kw.items())
-        ctor.append(cst_util.arg(cst_util.expr('{' + items + '}'), info.var_kw))
+        catch_all = (info.var_kw,
+                     tuple((k, a.value) for k, a in var_kw.items()))
       type_name = name_plan.type_name(target)
+    name = None
     if _shared.call_name(original) is None and not name_plan.partial_named(ref):
       if self.todo_all:
         self.todo(original, self.todo_all)
       ctor_src = None
       if type_name is None and isinstance(original.func, cst.Name):
         ctor_src = cst.Module([]).code_for_node(updated.func)
-      name = self._auto_name(original, type_name, ctor_src)
+      name = self._auto_name_plan(original, type_name, ctor_src)
       if name is None and type_name is None:
         self.todo(original, 'cannot tell the legacy auto-name')
-      if name is not None:
-        ctor = list(ctor) + [cst_util.arg(name, 'name')]
-    func = constructors.ctor_expr(self, ref, updated.func)
+    module = constructors.module_ref(self, ref, updated.func)
     self.rewrote(original, 'module_call', f'{type_name or "module"} call -> '
                  'construct + call')
-    return cst.Call(func=cst.Call(func=func, args=cst_util.clean_args(ctor)),
-                    args=cst_util.clean_args(call_args))
+    return self.emit.submodule_call(plans.SubmoduleCall(
+        module=module, hypers=tuple(hypers), inputs=tuple(call_args),
+        layer=layer, direct_layer=ref.kind == 'layer', catch_all=catch_all,
+        name=name))
 
   def _splat(self, original, info, arg, legacy_value, given, var_kw):
     """``**d`` in a call of the legacy module ``info`` (rules/splat.py):

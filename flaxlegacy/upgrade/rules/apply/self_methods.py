@@ -2,11 +2,17 @@
 -> ``self.param(name, init, shape)``; ``self.state(...)`` ->
 ``self.variable('batch_stats', ...)``; ``self.is_stateful()`` -> whether
 the state collection is mutable or given; ``self.get_param`` /
-``self.collection`` get a TODO."""
+``self.collection`` get a TODO.
+
+The cases decide (plans.Param, plans.Variable, plans.IsStateful); the
+rewriter's emitter writes them (``self.emit``)."""
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
+
+STATE_COLLECTION = 'batch_stats'  # legacy nn.stateful state, in linen
 
 
 def _orig_arg(call, position, keyword):
@@ -85,20 +91,17 @@ class SelfMethodRules:
       if len(ordered) != 3 or kw:
         self.todo(original, 'self.param(name, shape, init) expected')
         return updated
-        # linen: param(name, init_fn, *init_args)
-      new = [ordered[0].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT),
-             ordered[2].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT),
-             ordered[1].with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)]
+      plan = plans.Param(name=ordered[0], shape=ordered[1],
+                         initializer=ordered[2], call=updated)
       self.rewrote(original, 'param', 'self.param(name, shape, init) -> '
                    'self.param(name, init, shape)')
-      return updated.with_changes(args=cst_util.clean_args(new))
+      return self.emit.param(plan)
     if method == 'state':
       return self._state(original, updated)
     if method == 'is_stateful':
       # legacy: inside any nn.stateful, mutable=False (evaluation) too;
       # linen: the state collection is mutable, or it was given
-      return cst_util.expr("(self.is_mutable_collection('batch_stats') or "
-                   "'batch_stats' in self.variables)")
+      return self.emit.is_stateful(plans.IsStateful(STATE_COLLECTION))
     if method in ('get_param', 'collection'):
       self.todo(original, f'self.{method} has no certain linen rewrite')
     return updated
@@ -125,25 +128,15 @@ class SelfMethodRules:
       # variable of the stateful collection, created on the first write
       self.rewrote(original, 'state', "self.state(name) written only -> "
                    "self.variable('batch_stats', name)")
-      return cst_util.expr(f"self.variable('batch_stats', "
-                   f"{self.ctx.code_of(bound['name'])}, lambda: None)")
+      return self.emit.variable(plans.Variable(
+          collection=STATE_COLLECTION, name=bound['name'], write_only=True))
     if 'collection' in bound or 'shape' not in bound or 'name' not in bound:
       self.todo(original, 'self.state with an explicit collection or no '
                 'shape: port by hand to self.variable')
       return updated
-    code = self.ctx.code_of
-    init = bound.get('initializer')
-    init_src = 'nn.initializers.zeros' if init is None else code(init)
-    shape = code(bound['shape'])
-    if init is None or init_src.split('.')[-1] in ('zeros', 'ones'):
-      new = (f"self.variable('batch_stats', {code(bound['name'])}, "
-             f'{init_src}, None, {shape})')
-      if init is None:
-        new = new.replace('nn.initializers.zeros',
-                          self._prefix() + '.initializers.zeros')
-    else:
-      new = (f"self.variable('batch_stats', {code(bound['name'])}, "
-             f"lambda: {init_src}(self.make_rng('params'), {shape}))")
+    plan = plans.Variable(collection=STATE_COLLECTION, name=bound['name'],
+                          shape=bound['shape'],
+                          initializer=bound.get('initializer'))
     self.rewrote(original, 'state', "self.state -> self.variable("
                  "'batch_stats', ...)")
-    return cst_util.expr(new)
+    return self.emit.variable(plan)

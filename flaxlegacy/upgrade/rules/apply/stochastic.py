@@ -1,10 +1,12 @@
 """Randomness in a module body: ``nn.make_rng()`` ->
 ``self.make_rng('dropout')``, ``nn.is_stochastic()`` ->
-``self.has_rng('dropout')``, ``nn.dropout(x, rate)`` -> ``nn.Dropout``."""
+``self.has_rng('dropout')``, ``nn.dropout(x, rate)`` -> ``nn.Dropout``.
 
-import libcst as cst
+The cases decide (plans.RngDraw, plans.HasRng, plans.Dropout); the
+rewriter's emitter writes them (``self.emit``)."""
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 
 
 class StochasticRules:
@@ -17,10 +19,10 @@ class StochasticRules:
     if name == 'make_rng' and not original_node.args:
       self.rewrote(original_node, 'stochastic', "nn.make_rng() -> "
                    "self.make_rng('dropout')")
-      return cst_util.expr("self.make_rng('dropout')")
+      return self.emit.rng_draw(plans.RngDraw(stream='dropout'))
     if name == 'is_stochastic' and not original_node.args:
       self.rewrote(original_node, 'stochastic', 'nn.is_stochastic()')
-      return cst_util.expr("self.has_rng('dropout')")
+      return self.emit.has_rng(plans.HasRng(stream='dropout'))
     return None
 
   def _dropout(self, original, updated):
@@ -33,14 +35,9 @@ class StochasticRules:
         self.todo(original, 'nn.dropout call form')
         return updated
       bound[key] = a.value
-    ctor = [cst_util.arg(bound['rate'], 'rate')]
-    # legacy's default is deterministic=False; linen's Dropout has none
-    ctor.append(cst_util.arg(bound.get('deterministic', cst_util.expr('False')),
-                     'deterministic'))
-    call = [cst_util.arg(bound['inputs'])]
-    if 'rng' in bound:
-      call.append(cst_util.arg(bound['rng'], 'rng'))
+    # legacy's default is deterministic=False (plans.Dropout: None)
+    plan = plans.Dropout(inputs=bound['inputs'], rate=bound['rate'],
+                         deterministic=bound.get('deterministic'),
+                         rng=bound.get('rng'))
     self.rewrote(original, 'stochastic', 'nn.dropout -> nn.Dropout')
-    return cst.Call(func=cst.Call(func=cst_util.expr(self._prefix() + '.Dropout'),
-                                  args=cst_util.clean_args(ctor)),
-                    args=cst_util.clean_args(call))
+    return self.emit.dropout(plan)

@@ -42,6 +42,7 @@ Each rule is a libcst transformer over the whole file, run in the order
 of ``RULES``; all read the same ``LinenNames`` of the file (_common.py).
 """
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade.rules.early_linen import _common
 from flaxlegacy.upgrade.rules.early_linen import attention
 from flaxlegacy.upgrade.rules.early_linen import carries
@@ -93,7 +94,7 @@ def run(file_facts, report, module, code=None, written=None):
       rules = (initializers, jax_calls, removed_modules)
     else:
       rules, jax_only = JAX_RULES, True
-  code = module.code if code is None else code  # (``code``: the module's)
+  code = cst_util.code(module) if code is None else code  # (``code``: the module's)
   needed = set()
   rewrote = len(report.rewritten)
   for rule in rules:
@@ -108,7 +109,7 @@ def run(file_facts, report, module, code=None, written=None):
     r.written = written
     new = _common.apply(r, module)
     if new is not module:
-      module, code = new, new.code
+      module, code = new, cst_util.code(new)
   if needed:
     module = _common.add_imports(module, needed)
   return module

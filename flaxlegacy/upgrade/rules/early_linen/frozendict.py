@@ -26,6 +26,7 @@ that gets its model from a codebase module), only ``pop`` (``pop_only``).
 
 import libcst as cst
 
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules.early_linen import _common
 
 _METHODS = ('unfreeze', 'pop', 'copy', 'pretty_repr')
@@ -66,7 +67,7 @@ def _mutable(call):
   return False
 
 
-class _Bindings(cst.CSTVisitor):
+class _Bindings(walk.FastVisitor):
   """Every binding of a name in one scope (not in nested functions,
   lambdas or classes): name -> list of (kind, node, blocks, loops), with
   the ids of the indented blocks and loops that hold it."""

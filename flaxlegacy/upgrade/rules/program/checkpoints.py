@@ -9,31 +9,37 @@ which writes legacy's file format (one msgpack file per step) rather than
 today's default Orbax directory.
 
 A mixin of ``programs.ProgramRewriter``; the cases are the table
-``CHECKPOINT_FUNCTIONS``."""
+``CHECKPOINT_FUNCTIONS``.  A case decides (plans.CheckpointCall); the
+pass's emitter (``self.emit``, upgrade/emit/linen.py) writes it."""
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
-from flaxlegacy.upgrade.rules.program import shared
+from flaxlegacy.upgrade import emit as emit_lib
+from flaxlegacy.upgrade import plans
 
-_e = shared.expr_node
-
-CHECKPOINT_IMPORT = ('from flaxlegacy.migrate import upgraded as '
-                     'legacy_checkpoints')
-# legacy function (qualified) -> (fewest arguments rewritten, what it
-# becomes, the report line)
+# legacy function (qualified) -> (fewest arguments rewritten, the
+# CheckpointCall op, the report line)
 CHECKPOINT_FUNCTIONS = {
     'flax.training.checkpoints.restore_checkpoint': (
-        2, 'legacy_checkpoints.restore_checkpoint',
-        'restore_checkpoint -> also reads legacy checkpoints'),
+        2, 'restore', 'restore_checkpoint -> also reads legacy checkpoints'),
     'flax.training.checkpoints.save_checkpoint': (
-        0, 'legacy_checkpoints.save_checkpoint',
-        'save_checkpoint -> keeps the legacy file format'),
+        0, 'save', 'save_checkpoint -> keeps the legacy file format'),
 }
 
 
 class CheckpointRules:
   """``flax.training.checkpoints`` calls."""
+
+  @property
+  def emit(self):
+    """The pass's emitter (the file's target): made on first use, as only
+    this concept of the pass writes plans so far."""
+    em = self.__dict__.get('_emit')
+    if em is None:
+      em = self.__dict__['_emit'] = emit_lib.emitter(
+          self.ctx.target, self, emit_lib.PROGRAM_TARGETS)
+    return em
 
   def _call_checkpoint(self, original_node, updated_node):
     """A call of a function of ``CHECKPOINT_FUNCTIONS``."""
@@ -43,9 +49,8 @@ class CheckpointRules:
     case = CHECKPOINT_FUNCTIONS.get(self._qualify(name))
     if case is None:
       return None
-    fewest, func, what = case
+    fewest, op, what = case
     if len(original_node.args) < fewest:
       return None
-    self.imports.add(CHECKPOINT_IMPORT)
     self.note(original_node, what)
-    return updated_node.with_changes(func=_e(func))
+    return self.emit.checkpoint_call(plans.CheckpointCall(op, updated_node))

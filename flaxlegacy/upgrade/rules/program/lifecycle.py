@@ -339,3 +339,33 @@ class LifecycleRules:
       self.note(original_node, 'M.call(params, ...) -> M().apply')
       return _e(f"{ctor}.apply({{'params': {params}}}{inputs})")
     return None
+
+  def _attr_module_call(self, original_node, updated_node, k):
+    """``M.call`` taken as a function, not called here (``fn = M.call``,
+    ``jax.pmap(M.call)``) -> ``legacy_model.module_call(M)``: the same
+    function of the parameters and inputs; the keywords it is called with
+    are split between M's fields and ``__call__`` at run time (``fn(params,
+    x, train=True)`` where ``train`` is a field in linen)."""
+    del k
+    if (id(original_node) in self._called_funcs
+        or not self._known_module(original_node.value)):
+      return updated_node
+    info = self._flow_info(original_node.value) or alias_facts.root_info(
+        self.codebase, None, program_facts.class_name(original_node.value))
+    code = self.ctx.code_of(original_node.value)
+    if (info is None or info.kind != 'class' or info.var_pos
+        or list(info.params[:len(info.call)]) != list(info.call)
+        or self._stateful or self._stochastic):
+      # the positional arguments it will get may be fields in linen (the
+      # module's inputs are not its first parameters), or the call runs
+      # under a legacy collection / rng scope rewritten statically here
+      self.todo(original_node, f'{code}.call taken as a function: the '
+                'arguments it will be called with are not known here to be '
+                'the module\'s inputs; use M(fields).apply({"params": '
+                'params}, inputs)')
+      return updated_node
+    self.imports.add(MODEL_HELPER_IMPORT)
+    self.note(original_node, 'M.call as a function -> '
+              'legacy_model.module_call(M)')
+    return cst.Call(func=_e('legacy_model.module_call'),
+                    args=[cst.Arg(value=updated_node.value)])

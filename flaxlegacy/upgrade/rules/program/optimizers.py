@@ -281,8 +281,10 @@ class OptimizerRules:
                           tx=f.value.value) or updated_node
     # optimizer_def.create(target), every value of optimizer_def a legacy
     # definition, which this pass makes an optax transformation (flow.py)
+    # (``get_optimizer(config).create(target)`` too: what the function
+    # returns, wherever it is bound before)
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
-        isinstance(f.value, (cst.Name, cst.Attribute))) and len(
+        isinstance(f.value, (cst.Name, cst.Attribute, cst.Call))) and len(
             original_node.args) == 1:
       names = objects.optdef_names(self.codebase, self.f.path, self._qual(),
                                    f.value)

@@ -142,6 +142,18 @@ class TrainingStepRules:
     return updated_node
 
 
+  def _attr_state(self, original_node, updated_node, k):
+    """``opt.state`` other than ``opt.state.step``: a TODO (the legacy
+    ``OptimizerState(step, param_states)`` has no TrainState field of its
+    structure)."""
+    if k == OPT and id(original_node) not in self._state_steps:
+      self.todo(original_node, f'{self.ctx.code_of(original_node)}: the '
+                'legacy optimizer state (step, param_states) has no '
+                'counterpart of its structure on the TrainState: the step '
+                'is .step, the optax state .opt_state (its own structure)')
+    return updated_node
+
+
 # method name -> case; a case answers None where the call is not its form
 # (the pass tries its next rule)
 OPTIMIZER_METHODS = {

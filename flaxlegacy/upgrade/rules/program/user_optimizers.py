@@ -70,7 +70,7 @@ class UserOptimizerRules:
       return n
 
     files = [f for p, f in self.codebase.files.items()
-             if common(p) and cls in getattr(f, 'user_optdefs', ())]
+             if cls in getattr(f, 'user_optdefs', ()) and common(p)]
     files.sort(key=lambda f: (-common(f.path),
                               os.path.dirname(f.path) != here))
     return (files[0], cls) if files else None

@@ -1,0 +1,411 @@
+"""The linen emitter: plans (upgrade/plans.py) -> libcst nodes of linen code.
+
+``LinenEmitter`` holds the rewriter it writes for, and reads only how the
+file spells linen (its ``_prefix()``, from the legacy ``nn`` prefix) and
+the file's context, to add the imports its text needs
+(``ctx.needed_imports``) and print user expressions (``ctx.code_of``).  It
+decides nothing about the legacy code: every choice it makes is a linen
+spelling of what the plan says (legacy keywords renamed to linen's, the
+keywords linen needs for the legacy numbers, ``self.variable`` for a
+variable, ``@nn.compact`` on the call method ...).  It writes no TODO and
+no report entry: those are the rule's.
+
+The layer helpers below (``layer_kwarg``, ``add_layer_defaults``,
+``renamed_kwargs``) are linen spellings of a legacy layer's keywords;
+rules/constructors.py re-exports them for the ``.partial`` rules.
+"""
+
+import weakref
+
+import libcst as cst
+
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import layer_table
+
+
+def renamed_kwargs(layer, value):
+  """``**kwargs`` forwarded to a legacy layer, with legacy keys (``bias``)
+  renamed to linen's (``use_bias``) when the call runs."""
+  renames = {k: v for k, v in layer.renames.items() if k in layer.params}
+  if not renames:
+    return value
+  table = '{' + ', '.join(f'{k!r}: {v!r}' for k, v in renames.items()) + '}'
+  src = cst.Module([]).code_for_node(value)
+  if not isinstance(value, (cst.Name, cst.Attribute)):
+    src = f'({src})'
+  return cst_util.expr(f'{{{table}.get(k, k): v for k, v in {src}.items()}}')
+
+
+def layer_kwarg(a, layer):
+  """A legacy layer's keyword argument under linen's keyword."""
+  k = cst_util.kw(a)
+  if k is None or k == 'name':
+    return a
+  return a.with_changes(keyword=cst.Name(layer_table.linen_kwarg(layer, k)))
+
+
+def add_layer_defaults(layer, args):
+  """``args`` and the keywords linen needs for the legacy numbers that
+  the call does not pass (layer_table.py ``add_kwargs``)."""
+  have = {cst_util.kw(a) for a in args}
+  out = list(args)
+  for k, v in layer.add_kwargs.items():
+    if k not in have:
+      out.append(cst_util.arg(cst_util.expr(v), k))
+  return out
+
+
+class LinenEmitter:
+  """Writes plans as linen + optax code."""
+
+  target = 'linen'
+
+  def __init__(self, rw):
+    # the rewriter it writes for (spelling and file context), held weakly:
+    # the rewriter holds its emitter, and a cycle would keep every
+    # rewriter's tree alive until the collector's rare full pass
+    self._rw = weakref.ref(rw)
+    self._ctx = rw.ctx
+
+  @property
+  def rw(self):
+    return self._rw()
+
+  def _prefix(self):
+    return self._rw()._prefix()  # pylint: disable=protected-access
+
+  # -- constructions --
+  def module_expr(self, ref):
+    """The constructor expression of a ModuleRef."""
+    layer = ref.layer
+    if layer is None:
+      return ref.expr
+    if ref.shipped is not None:
+      # a flaxlegacy linen layer (layer_table.py SHIPPED)
+      self._ctx.needed_imports.add(ref.shipped.rsplit('.', 1)[0])
+      return cst_util.expr(layer.linen)
+    if ref.user_subclass:
+      return ref.expr  # the user's subclass of a layer (StdConv)
+    return ref.expr if isinstance(ref.expr, cst.Attribute) else cst_util.expr(
+        self._prefix() + '.' + layer.linen)
+
+  def name(self, auto):
+    """The ``name=`` value of an AutoName."""
+    if auto.literal is not None:
+      return cst.SimpleString(repr(auto.literal))
+    if auto.bare:
+      return cst_util.expr(f'str(next({auto.counter}))')
+    if auto.type_name is None:
+      return cst_util.expr(
+          f"f'{{{auto.ctor_src}.__name__}}_{{next({auto.counter})}}'")
+    return cst_util.expr(f"f'{auto.type_name}_{{next({auto.counter})}}'")
+
+  def _layer_ctor(self, layer, hypers, direct):
+    ctor, positional_ok = [], direct
+    for h in hypers:
+      k, a = h.key, h.arg
+      if k == 'name':
+        ctor.append(a)
+        continue
+      if k == '**':
+        positional_ok = False
+        ctor.append(a.with_changes(value=renamed_kwargs(layer, a.value)))
+        continue
+      idx = layer.params.index(k)
+      lk = layer_table.linen_kwarg(layer, k)
+      if (positional_ok and a.keyword is None and idx < len(
+          layer.linen_fields) and layer.linen_fields[idx] == lk):
+        ctor.append(a)
+      else:
+        positional_ok = False
+        ctor.append(cst_util.arg(a.value, lk).with_changes(comma=a.comma))
+    if direct:
+      ctor = add_layer_defaults(layer, ctor)
+    return ctor
+
+  def submodule_call(self, plan):
+    """SubmoduleCall -> ``Ctor(hypers..., name=)(inputs...)``."""
+    if plan.layer is not None:
+      ctor = self._layer_ctor(plan.layer, plan.hypers, plan.direct_layer)
+      call_args = [a.with_changes(keyword=None,
+                                  equal=cst.MaybeSentinel.DEFAULT)
+                   for a in plan.inputs]
+    else:
+      ctor = []
+      for h in plan.hypers:
+        a = h.arg
+        ctor.append(a if a.keyword is not None or h.key == '**'
+                    else cst_util.arg(a.value, h.key))
+      if plan.catch_all is not None:
+        field, items = plan.catch_all
+        src = ', '.join(f'{k!r}: {self._ctx.code_of(v)}' for k, v in items)
+        ctor.append(cst_util.arg(cst_util.expr('{' + src + '}'), field))
+      call_args = list(plan.inputs)
+    if plan.name is not None:
+      ctor = list(ctor) + [cst_util.arg(self.name(plan.name), 'name')]
+    return cst.Call(func=cst.Call(func=self.module_expr(plan.module),
+                                  args=cst_util.clean_args(ctor)),
+                    args=cst_util.clean_args(call_args))
+
+  def instance(self, plan):
+    """Instance -> ``Ctor(hypers..., name=)``."""
+    args = [h.arg for h in plan.hypers]
+    if plan.layer is None:
+      kwargs = args
+    else:
+      kwargs = add_layer_defaults(
+          plan.layer, [layer_kwarg(a, plan.layer) for a in args])
+    if plan.name is not None:
+      kwargs = list(kwargs) + [cst_util.arg(self.name(plan.name), 'name')]
+    return cst.Call(func=self.module_expr(plan.module),
+                    args=cst_util.clean_args(kwargs))
+
+  # -- randomness, parameters, variables --
+  def dropout(self, plan):
+    """Dropout -> ``nn.Dropout(rate=, deterministic=)(x[, rng=])``."""
+    # linen's Dropout has no default for deterministic; legacy's was False
+    ctor = [cst_util.arg(plan.rate, 'rate'),
+            cst_util.arg(plan.deterministic if plan.deterministic is not None
+                         else cst_util.expr('False'), 'deterministic')]
+    call = [cst_util.arg(plan.inputs)]
+    if plan.rng is not None:
+      call.append(cst_util.arg(plan.rng, 'rng'))
+    return cst.Call(func=cst.Call(
+        func=cst_util.expr(self._prefix() + '.Dropout'),
+        args=cst_util.clean_args(ctor)), args=cst_util.clean_args(call))
+
+  def rng_draw(self, plan):
+    return cst_util.expr(f'self.make_rng({plan.stream!r})')
+
+  def has_rng(self, plan):
+    return cst_util.expr(f'self.has_rng({plan.stream!r})')
+
+  def param(self, plan):
+    """Param -> ``self.param(name, init, shape)`` (linen's order)."""
+    new = [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+           for a in (plan.name, plan.initializer, plan.shape)]
+    return plan.call.with_changes(args=cst_util.clean_args(new))
+
+  def variable(self, plan):
+    """Variable -> ``self.variable(collection, name, init_fn, *args)``."""
+    code = self._ctx.code_of
+    c = plan.collection
+    if plan.write_only:
+      return cst_util.expr(f'self.variable({c!r}, {code(plan.name)}, '
+                           'lambda: None)')
+    init = plan.initializer
+    init_src = 'nn.initializers.zeros' if init is None else code(init)
+    shape = code(plan.shape)
+    if init is None or init_src.split('.')[-1] in ('zeros', 'ones'):
+      # zeros / ones take no key: called with None
+      new = (f'self.variable({c!r}, {code(plan.name)}, '
+             f'{init_src}, None, {shape})')
+      if init is None:
+        new = new.replace('nn.initializers.zeros',
+                          self._prefix() + '.initializers.zeros')
+    else:
+      new = (f'self.variable({c!r}, {code(plan.name)}, '
+             f"lambda: {init_src}(self.make_rng('params'), {shape}))")
+    return cst_util.expr(new)
+
+  def is_stateful(self, plan):
+    c = plan.collection
+    return cst_util.expr(f'(self.is_mutable_collection({c!r}) or '
+                         f'{c!r} in self.variables)')
+
+  # -- module definitions --
+  def _prologue(self, body, prologue, counter):
+    """``body`` with ``prologue`` statements (and the auto-name counter,
+    when ``counter`` names it) first, after its docstring."""
+    prologue = list(prologue)
+    if counter is not None:
+      self._ctx.needed_imports.add('itertools')
+      prologue.append(cst.parse_statement(
+          f'{counter} = itertools.count()  # legacy auto-names: '
+          'one counter for all submodules\n'))
+    if prologue:
+      stmts = list(body.body)
+      at = 1 if stmts and cst_util.is_docstring(stmts[0]) else 0
+      stmts[at:at] = prologue
+      body = body.with_changes(body=stmts)
+    return body
+
+  def field(self, plan):
+    """Field -> a dataclass field statement (``name: ann = default``)."""
+    needed = self._ctx.needed_imports
+    if plan.catch_all:
+      needed.add('dataclasses')
+      needed.add('typing.Any')
+      return cst.parse_statement(
+          f'{plan.name}: Any = dataclasses.field(default_factory=dict)\n')
+    default = plan.default
+    if plan.kw_only:
+      needed.add('dataclasses')
+      default = 'dataclasses.field(kw_only=True)'
+    if plan.annotation == 'Any':
+      needed.add('typing.Any')
+    if plan.fresh_default:
+      # a fresh copy per instance (legacy shared one object)
+      needed.add('dataclasses')
+      default = f'dataclasses.field(default_factory=lambda: {default})'
+    line = f'{plan.name}: {plan.annotation}' + (
+        f' = {default}' if default is not None else '')
+    return cst.parse_statement(line + '\n')
+
+  def call_method(self, plan):
+    """CallMethod -> ``@nn.compact def __call__(self, inputs...)``."""
+    self_param = (plan.self_param if plan.self_param is not None
+                  else cst.Param(name=cst.Name('self')))
+    if plan.star_arg is not None:
+      # legacy *args: inputs of __call__ too; keyword-only stay so
+      kwonly = list(plan.kwonly)
+      params = cst.Parameters(
+          params=[self_param] + [
+              p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+              for p in plan.inputs if p not in kwonly],
+          star_arg=plan.star_arg.with_changes(comma=cst.MaybeSentinel.DEFAULT),
+          kwonly_params=[p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                         for p in kwonly])
+    else:
+      params = cst.Parameters(params=[self_param] + [
+          p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+          for p in plan.inputs])
+    prologue = [cst.parse_statement(f'{f} = self.{f}\n')
+                for f in plan.copied_fields]
+    body = self._prologue(plan.body, prologue, plan.autoname_counter)
+    compact = cst.Decorator(decorator=cst_util.expr(self._prefix() + '.compact'))
+    return plan.fn.with_changes(name=cst.Name('__call__'), params=params,
+                                body=body, decorators=[compact],
+                                leading_lines=plan.fn.leading_lines)
+
+  def module_class(self, plan):
+    """ModuleClass -> ``class Name(nn.Module):`` fields + call method."""
+    call = self.call_method(plan.call)
+    doc = []
+    stmts = list(call.body.body)
+    if stmts and cst_util.is_docstring(stmts[0]):
+      doc = [stmts[0]]  # the function's docstring documents the class
+      call = call.with_changes(body=call.body.with_changes(body=stmts[1:]))
+    fields = list(plan.fields)
+    call = call.with_changes(
+        leading_lines=[cst.EmptyLine(indent=False)] if fields or doc else [])
+    return cst.ClassDef(
+        name=cst.Name(plan.name),
+        bases=[cst.Arg(value=cst_util.expr(self._prefix() + '.Module'))],
+        body=cst.IndentedBlock(body=doc + fields + [call]),
+        leading_lines=plan.leading_lines)
+
+  def module_base(self, plan):
+    """ModuleBase -> the base Arg spelled as linen's Module."""
+    if plan.spelled_out:
+      new = 'flax.linen.Module'
+    else:
+      new = plan.dotted[:-len('.base.Module')] + '.Module'
+    return plan.base.with_changes(value=cst_util.expr(new))
+
+  # -- module methods --
+  def module_method(self, plan):
+    """ModuleMethod -> a plain method (linen has no module_method)."""
+    body = self._prologue(plan.body, [], plan.autoname_counter)
+    return plan.fn.with_changes(decorators=[], params=plan.params, body=body)
+
+  def setup(self, plan):
+    """Setup -> ``def setup(self): self.<attr> = <construction>``."""
+    lines = [cst.parse_statement(
+        f'self.{attr} = {cst.Module([]).code_for_node(call)}\n')
+             for attr, call in plan.submodules]
+    return cst.FunctionDef(
+        name=cst.Name('setup'),
+        params=cst.Parameters(params=[cst.Param(name=cst.Name('self'))]),
+        body=cst.IndentedBlock(body=lines),
+        leading_lines=[cst.EmptyLine(indent=False)])
+
+  def submodule_attr(self, plan):
+    return cst.Attribute(value=cst.Name('self'), attr=cst.Name(plan.attr))
+
+  def shared_scope(self, plan):
+    """SharedScope -> the one compact method the entry points run in
+    (linen allows one compact method per class)."""
+    names = ', '.join(plan.entry_points)
+    return cst.FunctionDef(
+        name=cst.Name(plan.name),
+        params=cst.Parameters(
+            params=[cst.Param(name=cst.Name('self')),
+                    cst.Param(name=cst.Name('method'))],
+            star_arg=cst.Param(name=cst.Name('args')),
+            star_kwarg=cst.Param(name=cst.Name('kwargs'))),
+        decorators=[plan.decorator],
+        body=cst.IndentedBlock(body=[cst.SimpleStatementLine(
+            [cst.Return(value=cst.parse_expression('method(*args, **kwargs)'))],
+            leading_lines=[cst.EmptyLine(comment=cst.Comment(c)) for c in (
+                '# linen allows one compact method: ' + names + ' run their',
+                '# legacy bodies through this one, so they build and share the',
+                '# same submodules, under the names legacy gave them')])]),
+        leading_lines=[cst.EmptyLine(indent=False)])
+
+  def scoped_method(self, plan):
+    """ScopedMethod -> (the public method forwarding to the scope, the
+    private method holding the body)."""
+    fn = plan.fn
+    ps = fn.params
+    plist = list(ps.posonly_params) + list(ps.params)
+    self_name = plist[0].name.value
+    args = [cst.Arg(value=cst.Name(p.name.value)) for p in plist[1:]]
+    if isinstance(ps.star_arg, cst.Param):
+      args.append(cst.Arg(value=cst.Name(ps.star_arg.name.value), star='*'))
+    args += [cst.Arg(keyword=cst.Name(p.name.value),
+                     value=cst.Name(p.name.value)) for p in ps.kwonly_params]
+    if ps.star_kwarg is not None:
+      args.append(cst.Arg(value=cst.Name(ps.star_kwarg.name.value), star='**'))
+    args = [cst.Arg(value=cst.parse_expression(f'{self_name}.{plan.body_name}'))
+            ] + args
+    call = cst.Call(func=cst.parse_expression(f'{self_name}.{plan.scope}'),
+                    args=args)
+    stmts = list(fn.body.body)
+    doc = []
+    if stmts and cst_util.is_docstring(stmts[0]):
+      doc, stmts = [stmts[0]], stmts[1:]
+    if not stmts:
+      stmts = [cst.SimpleStatementLine([cst.Pass()])]
+    public = fn.with_changes(
+        decorators=[d for d in fn.decorators
+                    if id(d) not in plan.drop_decorators],
+        body=fn.body.with_changes(body=doc + [cst.SimpleStatementLine(
+            [cst.Return(value=call)])]))
+
+    def bare(p):
+      return p.with_changes(default=None, equal=cst.MaybeSentinel.DEFAULT)
+
+    inner_params = ps.with_changes(
+        posonly_params=[bare(p) for p in ps.posonly_params],
+        params=[bare(p) for p in ps.params],
+        kwonly_params=[bare(p) for p in ps.kwonly_params])
+    inner = fn.with_changes(
+        name=cst.Name(plan.body_name), decorators=[], params=inner_params,
+        body=fn.body.with_changes(body=stmts),
+        leading_lines=[cst.EmptyLine(indent=False)])
+    return public, inner
+
+
+# the program pass's checkpoint functions (flaxlegacy's helpers copied
+# beside upgraded code: plain flax + serialization)
+CHECKPOINT_IMPORT = ('from flaxlegacy.migrate import upgraded as '
+                     'legacy_checkpoints')
+CHECKPOINT_FUNCTIONS = {'restore': 'legacy_checkpoints.restore_checkpoint',
+                        'save': 'legacy_checkpoints.save_checkpoint'}
+
+
+class LinenProgramEmitter:
+  """Writes the program pass's plans as linen + optax code; ``rw``: the
+  ``ProgramRewriter``, whose ``imports`` (statements) its text adds to."""
+
+  target = 'linen'
+
+  def __init__(self, rw):
+    self._rw = weakref.ref(rw)  # held weakly, as LinenEmitter's
+
+  def checkpoint_call(self, plan):
+    """CheckpointCall -> ``legacy_checkpoints.<op>_checkpoint(...)``."""
+    self._rw().imports.add(CHECKPOINT_IMPORT)
+    return plan.call.with_changes(
+        func=cst_util.expr(CHECKPOINT_FUNCTIONS[plan.op]))

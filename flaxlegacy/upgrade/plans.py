@@ -1,0 +1,309 @@
+"""Plans: what a rule decided the target code must do, apart from
+the text that does it (issue 24: "what a rule decides ... is kept apart
+from the text it emits").
+
+A rule case (rules/apply/*.py, rules/modules.py, rules/module_methods.py;
+of the program pass, rules/program/checkpoints.py) reads the legacy code
+and the facts, decides -- or leaves a TODO and answers the code as it was
+-- and returns one of these plans; an emitter (upgrade/emit/, one per
+target: ``LinenEmitter`` today) turns the plan into libcst nodes.  A plan
+says what is wanted in target-neutral terms (a parameter with its
+initializer and shape, a variable of a collection, a dropout, a submodule
+of a class with its hyper-parameters, inputs and explicit name, a module
+class with its fields); it never holds target spellings (``nn.Dropout``,
+``self.variable``, ``@nn.compact``).  The user's own code inside a plan --
+an argument as written, an initializer expression, the body of ``apply``
+-- stays libcst nodes: it is copied, not decided.  TODOs and report entries
+stay with the rule.
+
+Plans are frozen: an emitter reads them and never changes them.  This
+module imports nothing of the upgrade (a leaf under facts and rules).
+"""
+
+import dataclasses
+from typing import Any, Optional, Tuple
+
+
+def _plan(cls):
+  return dataclasses.dataclass(frozen=True, eq=False)(cls)
+
+
+# -- what a construction builds --
+
+
+@_plan
+class ModuleRef:
+  """The module a construction builds.
+
+  ``expr``: the callee as the user wrote it (rewritten by the file's
+  rules): a user class, a variable, a partial.  ``layer``: the legacy
+  layer (a layer_table.Layer) when the reference is that layer itself,
+  else None.  ``shipped``: the dotted name of the flaxlegacy layer that
+  serves it where the target has none of the legacy numbers
+  (layer_table.SHIPPED), else None.  ``user_subclass``: the layer is the
+  user's subclass of a legacy layer (the user's name is kept).
+  """
+  expr: Any
+  layer: Any = None
+  shipped: Optional[str] = None
+  user_subclass: bool = False
+
+
+@_plan
+class Hyper:
+  """One hyper-parameter (constructor argument) of a submodule.
+
+  ``key``: the legacy parameter it binds (a layer's legacy keyword, a
+  class's field), ``'name'`` for an explicit name the user wrote, ``'**'``
+  for a dict splatted into the constructor.  ``arg``: the user's argument
+  (a libcst Arg, with its own spacing and comments).
+  """
+  key: Optional[str]
+  arg: Any
+
+
+@_plan
+class AutoName:
+  """The name a submodule gets where legacy named it and the target would
+  name it differently.  ``literal``: the name, known statically; else a
+  name counted at run time from one counter per body (``counter``: the
+  counter's variable), as ``<type_name>_<n>``, ``<ctor_src>.__name__ +
+  _<n>`` when the type is only known when the code runs, or a bare digit
+  (``bare``: ``.shared()`` without a name)."""
+  literal: Optional[str] = None
+  counter: Optional[str] = None
+  type_name: Optional[str] = None
+  ctor_src: Optional[str] = None
+  bare: bool = False
+
+
+@_plan
+class SubmoduleCall:
+  """A legacy ``Layer(x, hyper..., name=)`` / ``Module(x, field=...)`` call:
+  construct the submodule and call it.
+
+  ``module``: what is built (ModuleRef).  ``layer``: the legacy layer at
+  the bottom of the callee's partials (a layer_table.Layer), or None for
+  a module class.  ``hypers``: its constructor
+  arguments in order (Hyper); for a layer keyed by legacy keyword (the
+  emitter renames them), for a class by field.  ``direct_layer``: the
+  callee is the legacy layer itself, not a partial of it (its positional
+  hyper-parameters may stay positional and the keywords the target needs
+  for the legacy numbers are added).  ``catch_all``: (field, ((key,
+  value expr), ...)) of keywords a class's ``**`` catch-all collects, or
+  None.  ``inputs``: the call's arguments (libcst Args; ``*`` / ``**``
+  kept).  ``name``: the AutoName to add, or None (the user's explicit
+  name, if any, is among the hypers).
+  """
+  module: ModuleRef
+  hypers: Tuple[Hyper, ...]
+  inputs: Tuple[Any, ...]
+  layer: Any = None
+  direct_layer: bool = False
+  catch_all: Optional[Tuple[str, Tuple[Tuple[str, Any], ...]]] = None
+  name: Optional[AutoName] = None
+
+
+@_plan
+class Instance:
+  """One instance of a submodule built once and called where the legacy
+  code called it (``X.shared(...)``, a local's ``X.partial(...)`` called
+  once): ``module``, its ``hypers`` (Hyper; a layer's keyed by legacy
+  keyword), ``layer`` (the legacy layer, or None for a class), and the
+  ``name`` to add (AutoName) or None."""
+  module: ModuleRef
+  hypers: Tuple[Hyper, ...]
+  layer: Any = None
+  name: Optional[AutoName] = None
+
+
+# -- randomness, parameters, variables --
+
+
+@_plan
+class Dropout:
+  """Dropout of ``inputs`` at ``rate``; ``deterministic`` as the user
+  passed it, or None for legacy's default (False: dropout on); ``rng`` the
+  user's explicit key, or None (the module's ``dropout`` stream)."""
+  inputs: Any
+  rate: Any
+  deterministic: Any = None
+  rng: Any = None
+
+
+@_plan
+class RngDraw:
+  """A new key from the random stream ``stream`` (``nn.make_rng()``)."""
+  stream: str
+
+
+@_plan
+class HasRng:
+  """Whether the random stream ``stream`` was given
+  (``nn.is_stochastic()``)."""
+  stream: str
+
+
+@_plan
+class Param:
+  """A parameter ``name`` made by ``initializer`` at ``shape`` (legacy
+  ``self.param(name, shape, init)``); each the user's Arg.  ``call``: the
+  legacy call as rewritten so far (its callee and spacing are kept)."""
+  name: Any
+  shape: Any
+  initializer: Any
+  call: Any
+
+
+@_plan
+class Variable:
+  """A variable ``name`` of the collection ``collection`` (legacy
+  ``self.state``): initialised to ``initializer`` (an expression, or None
+  for zeros) at ``shape``; ``write_only``: the code only writes it (no
+  shape, no initial value), so it is made empty and set later."""
+  collection: str
+  name: Any
+  shape: Any = None
+  initializer: Any = None
+  write_only: bool = False
+
+
+@_plan
+class IsStateful:
+  """Whether the collection ``collection`` is being written or was given
+  (legacy ``self.is_stateful()``)."""
+  collection: str
+
+
+# -- module definitions --
+
+
+@_plan
+class Field:
+  """A hyper-parameter of a module class (a legacy ``apply`` parameter
+  that is not an input).  ``default``: its default's source as the legacy
+  code wrote it, or None; ``annotation``: the type the default shows
+  ('bool', 'int', 'float', 'str', or 'Any'); ``kw_only``: it must be
+  passed by keyword (a keyword-only legacy parameter after defaults);
+  ``fresh_default``: the default is a list / dict literal, made anew per
+  instance; ``catch_all``: the field collecting a legacy ``**kwargs``."""
+  name: str
+  annotation: str = 'Any'
+  default: Optional[str] = None
+  kw_only: bool = False
+  fresh_default: bool = False
+  catch_all: bool = False
+
+
+@_plan
+class CallMethod:
+  """The method that runs a module (legacy ``apply`` or ``@nn.module``
+  function body).  ``fn``: the legacy FunctionDef (name, spacing);
+  ``self_param``: its first parameter (or None: a function, which gets
+  ``self``); ``inputs``: the parameters that stay inputs (libcst Params, in
+  order); ``star_arg``: a legacy ``*args`` Param, or None; ``kwonly``: the
+  inputs that are keyword-only (with ``*args``); ``body``: the rewritten
+  body; ``copied_fields``: fields the body assigns, copied to locals
+  first; ``autoname_counter``: the name of the one counter the body's
+  run-time auto-names draw from, or None."""
+  fn: Any
+  self_param: Any
+  inputs: Tuple[Any, ...]
+  body: Any
+  star_arg: Any = None
+  kwonly: Tuple[Any, ...] = ()
+  copied_fields: Tuple[str, ...] = ()
+  autoname_counter: Optional[str] = None
+
+
+@_plan
+class ModuleClass:
+  """A module class made from an ``@nn.module`` function: ``name``, its
+  ``fields`` (the field statements, as written for the target and read by
+  the file's rules), its call method ``call`` (a CallMethod; a docstring
+  of the function documents the class), and the function's
+  ``leading_lines``."""
+  name: str
+  fields: Tuple[Any, ...]
+  call: CallMethod
+  leading_lines: Tuple[Any, ...] = ()
+
+
+@_plan
+class ModuleBase:
+  """A base class that is legacy's module base spelled in a way the
+  rewritten imports do not cover: ``base``, the Arg; ``dotted``, its
+  dotted name; ``spelled_out``: written from the package
+  (``flax.nn.Module``, ``flax.nn.base.Module``) rather than through the
+  file's ``nn`` prefix (``nn.base.Module``)."""
+  base: Any
+  dotted: str
+  spelled_out: bool
+
+
+# -- module methods (legacy ``@nn.module_method``) --
+
+
+@_plan
+class ModuleMethod:
+  """A legacy module method kept as a method of the class: ``fn`` the
+  legacy FunctionDef, ``params`` the parameters it keeps (those that are
+  fields dropped: the fields hold them), ``body`` its rewritten body,
+  ``autoname_counter`` as in CallMethod."""
+  fn: Any
+  params: Any
+  body: Any
+  autoname_counter: Optional[str] = None
+
+
+@_plan
+class Setup:
+  """Submodules built once, when the module is set up, under their legacy
+  names, and shared by every method that used them: ``submodules``,
+  (attribute, construction) pairs in order; each construction is the
+  rewritten constructor call (the same at every place that built it)."""
+  submodules: Tuple[Tuple[str, Any], ...]
+
+
+@_plan
+class SubmoduleAttr:
+  """The submodule a Setup built under the attribute ``attr``."""
+  attr: str
+
+
+@_plan
+class SharedScope:
+  """One scope the module's entry points (``entry_points``: ``__call__``
+  and the module methods, by name) run their bodies in, so that whichever
+  runs builds the submodules inline under their legacy names and finds
+  those another built: ``name`` of the method that opens it, and
+  ``decorator``, the call method's (written by the emitter before)."""
+  name: str
+  entry_points: Tuple[str, ...]
+  decorator: Any
+
+
+@_plan
+class ScopedMethod:
+  """An entry point that runs its body in a SharedScope: ``fn`` the
+  method, ``scope`` the SharedScope's name, ``body_name`` the private
+  method its body moves to, ``drop_decorators`` ids of the decorators
+  that belong to the scope instead (the call method's)."""
+  fn: Any
+  scope: str
+  body_name: str
+  drop_decorators: Any = frozenset()
+
+
+# -- the program pass (rules/program/; only checkpoints so far) --
+
+
+@_plan
+class CheckpointCall:
+  """A checkpoint call of the program: ``op`` 'restore' (into the
+  program's train state, reading a checkpoint the legacy program wrote
+  too) or 'save' (in the legacy file format, which the legacy program and
+  the restore above read); ``call``: the call as rewritten so far (its
+  arguments are kept)."""
+  op: str
+  call: Any
