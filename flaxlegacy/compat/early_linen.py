@@ -457,6 +457,8 @@ def _restore_group_norm(normalization_module):
   import numpy as np  # pylint: disable=g-import-not-at-top
   from flax.linen import module as module_lib  # pylint: disable=g-import-not-at-top
   cls = normalization_module.GroupNorm
+  if 'param' in cls.__dict__:
+    return
   modern_call = cls.__call__
 
   @functools.wraps(modern_call)
