@@ -103,15 +103,25 @@ class _Names(walk.FastVisitor):
 
   def __init__(self):
     self.names = set()
+    self.attrs = set()
 
   def visit_Name(self, node):
     self.names.add(node.value)
+
+  def visit_Attribute(self, node):
+    self.attrs.add(node.attr.value)
 
 
 def _names(node):
   v = _Names()
   node.visit(v)
   return v.names
+
+
+def _attrs(node):
+  v = _Names()
+  node.visit(v)
+  return v.attrs
 
 
 def convert_top_level(up, node):
@@ -128,6 +138,10 @@ def convert(up, node):
   ps = node.params
   params = [p.name.value for p in list(ps.posonly_params) + list(ps.params)
             + list(ps.kwonly_params)]
+  if _attrs(node.body) & {'partial', 'shared'}:
+    # it makes module references (``conv = conv.partial(...)``; returned,
+    # they are the caller's to build): the partial rules' (rules/partials.py)
+    return None
   info = facts_lib.ModuleInfo(name=node.name.value, file=up.ctx.facts.path,
                               kind='function', params=params, defaults={})
   info = dataclasses.replace(info, fields=[], call=params)
@@ -136,11 +150,14 @@ def convert(up, node):
   rw = apply_rewriter.ApplyRewriter(up, info, node)
   if rw.dynamic or rw.names or rw.todo_all:
     return None
-  body = node.body.visit(rw)
+  body = walk.transform(node.body, rw)
+  builds = any(e.get('rule') == 'module_call'
+               for e in report.rewritten[marks[0]:])
   if ('self' in _names(body) and 'self' not in _names(node.body)
-      or len(report.left) > marks[1]):
+      or len(report.left) > marks[1] or not builds):
     # the body needs a module (make_rng, param), or a call it could not
-    # rewrite: the legacy calls keep their TODOs, as the file rules write
+    # rewrite, or it builds no layer (nothing of this rule's): the legacy
+    # calls keep their TODOs, as the file rules write
     del report.rewritten[marks[0]:], report.left[marks[1]:]
     return None
   up.rewrote(node, 'layer_function', f'{node.name.value}: layers built '
