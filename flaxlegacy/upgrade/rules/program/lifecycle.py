@@ -131,8 +131,10 @@ class LifecycleRules:
                   'and (shape, dtype) pairs, or a spec that could be either')
         return None
       self.imports.add('import jax.numpy as jnp')
-      inputs = ', '.join(shared.spec_input(s, d) for s, d in specs)
-      rest = [a for a in args[2:]]
+      inputs = [shared.spec_input(s, d) for s, d in specs]
+      # legacy: apply(*shaped inputs, *args[2:], **keywords)
+      positional = [a for a in args[2:] if a.keyword is None]
+      rest = [a for a in args[2:] if a.keyword is not None]
     else:
       if any(a.star == '**' for a in args):
         # a splatted dict holds fields and __call__ arguments: which, only
@@ -140,8 +142,8 @@ class LifecycleRules:
         self.todo(call, f'{attr} with **kwargs: its keys may be fields '
                   '(constructor) or __call__ arguments; port by hand')
         return None
-      inputs = ', '.join(self._argsrc(a) for a in args[1:]
-                         if a.keyword is None)
+      inputs = []
+      positional = [a for a in args[1:] if a.keyword is None]
       rest = [a for a in args[1:] if a.keyword is not None]
     info = alias_facts.root_info(self.codebase, None,
                              program_facts.class_name(call.func.value))
@@ -161,9 +163,23 @@ class LifecycleRules:
     fields = (set(info.fields) if info is not None else set()) | {'name'}
     field_kw = [a for a in rest if a.keyword is not None
                 and a.keyword.value in fields]
-    if field_kw:
+    # a positional argument goes to the apply parameter of its position:
+    # a field there is a constructor keyword (``M.init(rng, x, 2.0)`` of
+    # ``apply(self, x, scale=1.0)``), the rest stay inputs, in order
+    field_pos = []
+    first = len(inputs)
+    for j, a in enumerate(positional):
+      p = (info.params[first + j] if info is not None and not any(
+          b.star for b in positional[:j + 1]) and first + j < len(
+              info.params) else None)
+      if p is not None and p in info.fields:
+        field_pos.append(f'{p}={self.ctx.code_of(a.value)}')
+      else:
+        inputs.append(self._argsrc(a))
+    inputs = ', '.join(inputs)
+    if field_kw or field_pos:
       # hyper-parameters given at init are linen fields
-      extra = ', '.join(self._argsrc(a) for a in field_kw)
+      extra = ', '.join(field_pos + [self._argsrc(a) for a in field_kw])
       ctor = (ctor[:-1] + (', ' if not ctor.endswith('()') else '') + extra
               + ')')
     kw = ''.join(', ' + self._argsrc(a) for a in rest
