@@ -238,6 +238,16 @@ def model_apply_class(codebase, rel, qual, expr):
   return model_uses.class_expr(codebase, rel, key)
 
 
+def model_built_with_keywords(codebase, rel, qual, expr):
+  """Whether some model ``expr`` can hold was built of a module class
+  with ``.partial`` keywords (flow.py: ``('class', file, name, keywords)``)."""
+  for v in values(codebase, rel, qual, expr) or ():
+    if v[0] == 'model' and any(
+        m[0] == 'class' and m[3] for m in model_module_classes(codebase, v)):
+      return True
+  return False
+
+
 def model_module_classes(codebase, model_value):
   """The module values an ``('model', site)`` value was built of."""
   flow = _flow(codebase)
@@ -359,6 +369,24 @@ def carried(codebase, rel, qual, expr):
   vals = values(codebase, rel, qual, expr) or ()
   kind, why, _ = kind_of_values(vals, codebase)
   return kind == CARRIED, why
+
+
+def optimizers_all_carried(codebase):
+  """Whether the codebase creates optimizers (``optim.X(...).create(t)``)
+  and every one's target ``t`` is a model that carries its module: then an
+  optimizer the value facts lose track of holds one too."""
+  flow = _flow(codebase)
+  if flow is None:
+    return False
+  cache = getattr(flow, 'optimizers_carried_cache', None)
+  if cache is None:
+    sites = list(getattr(flow, 'optimizer_sites', {}).values())
+    cache = bool(sites) and not getattr(flow, 'optimizer_targets', None) \
+        and all(call.args and carried(codebase, rel, qual,
+                                      call.args[0].value)[0]
+                for rel, qual, call in sites)
+    flow.optimizers_carried_cache = cache
+  return cache
 
 
 def model_reach(codebase, rel, call, model_class=None):
