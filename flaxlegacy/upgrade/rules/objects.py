@@ -371,22 +371,22 @@ def carried(codebase, rel, qual, expr):
   return kind == CARRIED, why
 
 
-def optimizers_all_carried(codebase):
-  """Whether the codebase creates optimizers (``optim.X(...).create(t)``)
-  and every one's target ``t`` is a model that carries its module: then an
-  optimizer the value facts lose track of holds one too."""
+def optimizers_all_carried(codebase, rel, qual):
+  """Whether the function ``qual`` of file ``rel`` creates optimizers
+  (``optim.X(...).create(t)``, as the value facts record them) and every
+  one's target ``t`` is a model that carries its module: then an optimizer
+  of that function the facts lose track of (a struct's
+  ``.replace(optimizer=...)`` returned by a step) holds one too.  (Only the
+  function's own creations: an optimizer the facts do not record, a
+  ``getattr(optim, name)(...)``, makes none.)"""
   flow = _flow(codebase)
-  if flow is None:
+  if flow is None or getattr(flow, 'optimizer_targets', None):
     return False
-  cache = getattr(flow, 'optimizers_carried_cache', None)
-  if cache is None:
-    sites = list(getattr(flow, 'optimizer_sites', {}).values())
-    cache = bool(sites) and not getattr(flow, 'optimizer_targets', None) \
-        and all(call.args and carried(codebase, rel, qual,
-                                      call.args[0].value)[0]
-                for rel, qual, call in sites)
-    flow.optimizers_carried_cache = cache
-  return cache
+  sites = [(r, q, call) for r, q, call in getattr(
+      flow, 'optimizer_sites', {}).values() if (r, q) == (rel, qual)]
+  return bool(sites) and all(
+      call.args and carried(codebase, r, q, call.args[0].value)[0]
+      for r, q, call in sites)
 
 
 def model_reach(codebase, rel, call, model_class=None):

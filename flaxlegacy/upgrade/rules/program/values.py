@@ -201,9 +201,9 @@ class ValueQueries:
         if why is None and not (objects.values(
             self.codebase, self.f.path, self._qual(), expr) or set()) - {
                 flow_lib.UNKNOWN} and objects.optimizers_all_carried(
-                    self.codebase):
+                    self.codebase, self.f.path, self._qual()):
           # an optimizer the facts lose (a struct's .replace(optimizer=)):
-          # every optimizer the codebase creates holds a carried Model
+          # every optimizer this function creates holds a carried Model
           return None
         return MODEL
       kind, why, unknown = objects.attr_kind(
