@@ -52,6 +52,7 @@ from flaxlegacy.upgrade.rules import name_plan
 from flaxlegacy.upgrade.rules import partial_locals
 from flaxlegacy.upgrade.rules.apply import frozen_fields
 from flaxlegacy.upgrade.rules.apply import instances
+from flaxlegacy.upgrade.rules.apply import jax_transforms
 from flaxlegacy.upgrade.rules.apply import module_calls
 from flaxlegacy.upgrade.rules.apply import self_methods
 from flaxlegacy.upgrade.rules.apply import stochastic
@@ -113,7 +114,8 @@ def _target_names(t):
   return []
 
 
-class ApplyRewriter(instances.InstanceRules, stochastic.StochasticRules,
+class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
+                    stochastic.StochasticRules,
                     self_methods.SelfMethodRules,
                     module_calls.ModuleCallRules,
                     frozen_fields.FrozenFieldRules, Upgrader):
@@ -208,6 +210,7 @@ class ApplyRewriter(instances.InstanceRules, stochastic.StochasticRules,
   # -- calls --
   def visit_Call(self, node):
     super().visit_Call(node)
+    self._check_jax_transform(node)
     if attention_cache.module_call_shape(self, node):
       self._cache_calls.add(id(node.func))
     ref = self.resolver(node.func)
@@ -313,6 +316,7 @@ CALL_CASES = (
     self_methods.SelfMethodRules._call_self_method,
     instances.InstanceRules._call_instance_attr,
     instances.InstanceRules._call_partial_or_shared,
+    instances.InstanceRules._call_shared_container,
     module_calls.ModuleCallRules._call_callee,
 )
 # pylint: enable=protected-access
