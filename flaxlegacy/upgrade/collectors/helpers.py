@@ -1,7 +1,8 @@
 """Facts of shared-module calls (rules/helpers.py rewrites them).
 
 ``shared_calls`` finds a class's calls of modules it shares
-(``M.shared(...)`` kept in a local or an attribute) and the class parameters
+(``M.shared(...)`` kept in a local or an attribute, or in a container:
+``blocks[i](x)``, ``for blk in blocks``; ``containers``) and the class parameters
 passed to them; ``move_shared_call_params`` makes those call parameters of
 the class (facts.py ``CodebaseFacts.finish``).
 """

@@ -12,7 +12,10 @@ The call cases are one mixin per legacy concept, each in its own module of
 ``rules/apply/`` (issue 24's "one rule per legacy concept"):
 
 * ``instances.py``: ``X.partial`` held by a local called once, ``X.shared``,
-  ``.partial`` / ``.shared`` inside a body;
+  ``.partial`` / ``.shared`` inside a body, shared instances called
+  through containers (``blocks[i](x)``);
+* ``jax_transforms.py``: a TODO on a raw JAX transform (``jax.lax.scan``
+  ...) over a function that calls submodules (tried in ``visit_Call``);
 * ``stochastic.py``: ``nn.make_rng``, ``nn.is_stochastic``, ``nn.dropout``;
 * ``self_methods.py``: ``self.param``, ``self.state``, ``self.is_stateful``;
 * ``module_calls.py``: calls of what the callee resolves to (legacy layers
@@ -198,6 +201,10 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
 
   def visit_ImportAlias(self, node):
     return False
+
+  def visit_Decorator(self, node):
+    self._check_jax_decorator(node)
+    return True
 
   def leave_Name(self, original_node, updated_node):
     if id(original_node) in self._skip_names:

@@ -15,7 +15,6 @@ from flaxlegacy.upgrade.collectors import helpers as helper_facts
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import constructors
-from flaxlegacy.upgrade.rules import helpers as helpers_rule
 from flaxlegacy.upgrade.rules import name_plan
 from flaxlegacy.upgrade.rules import partial_locals
 from flaxlegacy.upgrade.rules import partials
@@ -59,7 +58,7 @@ class InstanceRules:
     a hyper-parameter at the call: a TODO (the answer), else None."""
     targets = self._held_call(original_node.func) or ()
     for t in targets:
-      bad = helpers_rule.shared_call_problem(t, original_node)
+      bad = _shared.shared_call_problem(t, original_node)
       if bad:
         names = sorted({name_plan.type_name(t) or 'module' for t in targets})
         what = ('several module classes (' + ', '.join(names) + '): which '

@@ -219,12 +219,11 @@ class JaxTransformRules:
                if id(d.decorator) == id(node)]
         self._transformed(inner, fns, node)
 
-  def visit_Decorator(self, node):
-    """``@jax.remat`` / ``@jax.jit`` on a local function of the body."""
+  def _check_jax_decorator(self, node):
+    """``visit_Decorator``: ``@jax.remat`` / ``@jax.jit`` on a local
+    function of the body."""
     name = transform_name(node.decorator, self.ctx.facts.imports)
-    if name is None:
-      return True
-    fns = [f for d, f in self._local_functions().decorated if d is node]
-    self._transformed(name, fns, node)
-    return True
+    if name is not None:
+      fns = [f for d, f in self._local_functions().decorated if d is node]
+      self._transformed(name, fns, node)
 

@@ -18,7 +18,6 @@ from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import constructors
-from flaxlegacy.upgrade.rules import helpers as helpers_rule
 from flaxlegacy.upgrade.rules import name_plan
 from flaxlegacy.upgrade.rules import runtime_modules
 from flaxlegacy.upgrade.rules import splat
@@ -74,8 +73,8 @@ class ModuleCallRules:
       return updated
     if ref.kind == 'shared':
       # a call of a shared module variable: inputs only
-      if helpers_rule.shared_call_problem(ref.target, original):
-        self.todo(original, helpers_rule.SHARED_CALL_TODO)
+      if _shared.shared_call_problem(ref.target, original):
+        self.todo(original, _shared.SHARED_CALL_TODO)
       return updated
     target = constructors.partial_root(ref)
     var_pos = None
