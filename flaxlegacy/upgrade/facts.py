@@ -533,8 +533,6 @@ class CodebaseFacts:
     while changed:
       changed = False
       for info in infos:
-        changed |= self._inputs_ahead(info)
-      for info in infos:
         facts = self.files.get(info.file)
         for callee, pos, kw in info.child_calls:
           child = self.module(facts, callee) if facts else None
@@ -556,27 +554,6 @@ class CodebaseFacts:
       for info in infos:  # keep the legacy order
         info.call.sort(key=info.params.index)
     return self
-
-  def _inputs_ahead(self, info):
-    """Moves to the call every positional parameter ahead of the last
-    required call parameter: ``__call__`` keeps legacy's positional order,
-    and a caller passing that input positionally passes these positionally
-    too (``M.init(rng, x, origins, views)``), so as fields they shifted
-    every later argument.  A parameter a ``.partial`` binds (then passed by
-    keyword at calls) or a driven module class stays a field.  True if one
-    moved."""
-    positional = [p for p in info.params if p not in info.kwonly]
-    last = max((i for i, p in enumerate(positional)
-                if p in info.call and info.defaults.get(p) is None),
-               default=-1)
-    bound = self.partial_kwargs.get(info.name, ())
-    moved = False
-    for p in positional[:last]:
-      if p in info.fields and p not in bound and p not in info.driven:
-        info.fields.remove(p)
-        info.call.append(p)
-        moved = True
-    return moved
 
 
 FACT_MARKERS = re.compile(
