@@ -34,7 +34,8 @@ own methods, which are not touched).
   it would raise on exactly these arguments.
 
 The early-linen behaviours (``linen_keys``, ``initializers``,
-``param_override``, ``carries``, ``attention``, ``early_stopping``) live in
+``param_override``, ``carries``, ``attention``, ``early_stopping``,
+``group_norm``) live in
 ``flaxlegacy/compat/early_linen.py`` and are applied when their flax module
 is imported.
 
@@ -375,7 +376,7 @@ _RESTORE = {
     'arguments': _restore_arguments,
     **{name: _early_linen(name) for name in (
         'linen_keys', 'initializers', 'param_override', 'carries',
-        'attention', 'early_stopping')},
+        'attention', 'early_stopping', 'group_norm')},
 }
 
 

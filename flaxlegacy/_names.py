@@ -513,6 +513,10 @@ BEHAVIOURS = (
     Behaviour('early_stopping', 'FLAXLEGACY_EARLY_STOPPING', 'flax 0.7.5',
               'has_improved, state = early_stop.update(metric) as flax 0.3 '
               'returned it, beside today\'s state = early_stop.update(metric)'),
+    Behaviour('group_norm', 'FLAXLEGACY_GROUP_NORM', 'flax 0.3.6',
+              'GroupNorm applies scale / bias stored as (1, ..., 1, C), '
+              'the input\'s rank, as flax <= 0.3.5 created them (today '
+              'ScopeParamShapeError; init still creates (C,))'),
 )
 
 # Symbols (for `flaxlegacy check` and the coverage docs): legacy qualified

@@ -306,7 +306,7 @@ def test_behaviours_are_announced_in_the_one_log_line():
   line = next(l for l in proc.stderr.splitlines() if 'legacy mode on' in l)
   assert ('legacy mode on for prng, checkpoints, frozendict, scalars, '
           'iteration, arguments, linen_keys, initializers, param_override, '
-          'carries, attention, early_stopping (') in line
+          'carries, attention, early_stopping, group_norm (') in line
   assert 'FLAXLEGACY_SCALARS' in line and 'FLAXLEGACY_PMAP' not in line
 
 

@@ -212,6 +212,7 @@ def conv_lstm_name():
 EARLY_LINEN_ENVS = ('FLAXLEGACY_LINEN_KEYS', 'FLAXLEGACY_INITIALIZERS',
                     'FLAXLEGACY_PARAM_OVERRIDE', 'FLAXLEGACY_CARRIES',
                     'FLAXLEGACY_ATTENTION', 'FLAXLEGACY_EARLY_STOPPING',
+                    'FLAXLEGACY_GROUP_NORM',
                     'FLAXLEGACY_FROZENDICT', 'FLAXLEGACY_SCALARS',
                     'FLAXLEGACY_ARGUMENTS')
 # Mixed 2021 code: flax.nn for initializers / activations beside linen.
@@ -498,16 +499,17 @@ def test_modern_process_gets_todays_linen():
                  nn.Module._call_wrapped_method, nn.Module.param,
                  nn.MultiHeadDotProductAttention.__call__, np.arange,
                  nn.LSTMCell.__init__, jax.remat, jax.checkpoint, jnp.array,
-                 jnp.asarray]
+                 jnp.asarray, nn.GroupNorm.__call__]
       print([hasattr(f, '_flaxlegacy_modern') for f in patched],
             type(nn.LSTMCell.__dict__['initialize_carry']).__name__,
             hasattr(early_stopping.EarlyStopping, '__iter__'),
+            'param' in vars(nn.GroupNorm),
             config.flax_return_frozendict, hasattr(nn, 'ConvLSTM'),
             'flaxlegacy._activate' in sys.modules)
   ''')
   assert proc.stdout.split('\n')[0] == (
       '[False, False, False, False, False, False, False, False, False, '
-      'False, False] function False False False False')
+      'False, False, False] function False False False False False')
 
 
 # --- flaxlegacy check ------------------------------------------------------------

@@ -45,7 +45,7 @@ def test_every_call_case_is_in_a_table_once():
   cases = [(k.__name__, n, fn) for k in _mixins()
            for n, fn in vars(k).items() if n.startswith('_call_')]
   tables = apply_rewriter.FIRST_CALL_CASES + apply_rewriter.CALL_CASES
-  assert len(cases) == 6
+  assert len(cases) == 7
   for cls, name, fn in cases:
     assert tables.count(fn) == 1, f'{cls}.{name}'
   # the two cases that are not a concept's: the attention cache and the

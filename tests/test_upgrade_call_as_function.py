@@ -112,12 +112,14 @@ def test_call_as_a_function_of_a_module_whose_inputs_are_not_first_is_a_todo(
     tmp_path):
   # legacy Two.call(params, x, 2.0, y): ``scale`` is a field in linen, so
   # the positional arguments of the function cannot be passed on as inputs
+  # (a required ``scale`` ahead of the required input ``y`` would be an
+  # input too: tests/test_upgrade_positional_split.py)
   files = {
       'net.py': '''\
           from flax import nn
 
           class Two(nn.Module):
-            def apply(self, x, scale, y):
+            def apply(self, x, scale=1.0, y=None):
               return nn.Dense(x * y.sum(), 2) * scale
           ''',
       'program.py': '''\
@@ -133,6 +135,10 @@ def test_call_as_a_function_of_a_module_whose_inputs_are_not_first_is_a_todo(
   }
   _, out, report = upgrade_run.upgrade_dir(tmp_path, files)
   new = (out / 'program.py').read_text()
+  # init_by_shape's positional arguments after the specs: the field of its
+  # position a constructor keyword, the input an input
+  assert ('net.Two(scale=2.0).init(jax.random.PRNGKey(0), '
+          'jnp.ones((1, 3), jnp.float32), jnp.ones(3))') in new, new
   assert 'fn = net.Two.call' in new
   assert (TODO + ': net.Two.call taken as a function: the arguments it will '
           'be called with are not known here to be the module\'s inputs'

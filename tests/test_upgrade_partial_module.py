@@ -136,3 +136,23 @@ def test_partial_module_splits_by_the_class_at_run_time():
   y = legacy_model.Model(q, params)(x)
   ref = Scaled(features=4).apply({'params': params}, x, scale=5.)
   np.testing.assert_allclose(np.asarray(y), np.asarray(ref), rtol=1e-6)
+
+
+def test_partial_of_a_layer_partial_outside_module_bodies():
+  """``.partial`` of a local that holds a legacy layer or a partial of one
+  (a conv chosen by configuration) becomes functools.partial; it used to
+  stop the whole file with an AttributeError (a layer has no catch-all
+  keyword)."""
+  from flaxlegacy.upgrade import api  # pylint: disable=g-import-not-at-top
+  code, report = api.upgrade_source(
+      'from flax import nn\n\n'
+      'def get_conv(kind, pad):\n'
+      '  if kind == "a":\n'
+      '    conv = nn.Conv\n'
+      '  else:\n'
+      '    conv = nn.Conv.partial(bias=False)\n'
+      '  conv = conv.partial(padding=pad)\n'
+      '  return conv\n', 'm.py')
+  assert 'conv = functools.partial(conv, padding=pad)' in code, code
+  assert 'functools.partial(nn.Conv, use_bias=False)' in code, code
+  assert not report.failed

@@ -36,6 +36,12 @@ raise today:
   third positional argument is ``inputs_v``).
 * ``early_stopping``: ``has_improved, state = early_stop.update(metric)``
   (flax 0.3's tuple) beside today's ``state = early_stop.update(metric)``.
+* ``group_norm``: ``GroupNorm`` applies ``scale`` / ``bias`` stored as
+  ``(1, ..., 1, C)`` (the input's rank), the shape flax <= 0.3.5 created
+  them with (0.3.6 and today: ``(C,)``, and ScopeParamShapeError for the
+  old one); the values are used as the ``(C,)`` ones would be, so the
+  result is bit for bit that of the squeezed tree.  ``init`` still creates
+  ``(C,)``.
 
 The flax modules are not imported for this: each restoration is applied
 when its module is (``_hook.after_import``), so activation at ``import
@@ -49,6 +55,7 @@ import functools
 import hashlib
 import inspect
 import logging
+import threading
 import weakref
 
 logger = logging.getLogger('flaxlegacy')
@@ -422,6 +429,76 @@ def _restore_early_stopping(early_stopping_module):
   cls.__iter__ = _marked(__iter__, None)
 
 
+# --- group_norm ---------------------------------------------------------------
+
+# The ranks of the inputs of the GroupNorm calls running in this thread
+# (innermost last): flax <= 0.3.5's layout of a (C,) parameter is
+# (1,) * (rank - 1) + (C,), and ``param`` does not see the input.
+_group_norm_calls = threading.local()
+
+
+def _group_norm_ranks():
+  ranks = getattr(_group_norm_calls, 'ranks', None)
+  if ranks is None:
+    ranks = _group_norm_calls.ranks = []
+  return ranks
+
+
+def legacy_group_norm_layout(stored, requested, rank):
+  """True if ``stored`` is flax <= 0.3.5's GroupNorm layout of a parameter
+  today's GroupNorm asks for with shape ``requested`` (``(C,)``), for an
+  input of rank ``rank``: ``(1, ..., 1, C)``, the input's rank."""
+  requested = tuple(requested)
+  return (len(requested) == 1 and rank >= 2 and
+          tuple(stored) == (1,) * (rank - 1) + requested)
+
+
+def _restore_group_norm(normalization_module):
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from flax.linen import module as module_lib  # pylint: disable=g-import-not-at-top
+  cls = normalization_module.GroupNorm
+  if 'param' in cls.__dict__:
+    return
+  modern_call = cls.__call__
+
+  @functools.wraps(modern_call)
+  def __call__(self, x, *args, **kwargs):  # pylint: disable=invalid-name
+    ranks = _group_norm_ranks()
+    ranks.append(np.ndim(x))
+    try:
+      return modern_call(self, x, *args, **kwargs)
+    finally:
+      ranks.pop()
+
+  def param(self, name, init_fn, *init_args, **init_kwargs):
+    # Today's GroupNorm asks for scale / bias of shape (C,) and reshapes
+    # what it gets to (1, ..., 1, C); a stored (1, ..., 1, C) (flax <=
+    # 0.3.5) fails only the shape check, which is made against an
+    # initializer of the stored shape.  The initializer is never called
+    # for values: the parameter exists.
+    ranks = _group_norm_ranks()
+    if (name in ('scale', 'bias') and ranks and init_args and
+        self.scope is not None and self.scope.has_variable('params', name)):
+      import jax  # pylint: disable=g-import-not-at-top
+      import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+      leaves = jax.tree_util.tree_leaves(
+          self.scope.get_variable('params', name))
+      try:
+        requested = tuple(init_args[0])
+      except TypeError:
+        requested = None
+      if (len(leaves) == 1 and requested is not None and
+          legacy_group_norm_layout(np.shape(leaves[0]), requested,
+                                   ranks[-1])):
+        shape, dtype = np.shape(leaves[0]), leaves[0].dtype
+        init_fn = lambda *unused_args, **unused_kwargs: jnp.zeros(shape, dtype)
+    return module_lib.Module.param(self, name, init_fn, *init_args,
+                                   **init_kwargs)
+
+  cls.__call__ = _marked(__call__, modern_call)
+  cls.param = _marked(param, None)
+
+
 _RESTORE = {
     'linen_keys': ('flax.core.scope', _restore_linen_keys),
     'initializers': (('flax.core.scope', _restore_initializers),
@@ -431,6 +508,7 @@ _RESTORE = {
     'attention': ('flax.linen.attention', _restore_attention),
     'early_stopping': ('flax.training.early_stopping',
                        _restore_early_stopping),
+    'group_norm': ('flax.linen.normalization', _restore_group_norm),
 }
 
 

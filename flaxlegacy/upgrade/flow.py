@@ -260,6 +260,71 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
       self._solve()
     return self
 
+  def _callbacks_kept(self, passed, call_nodes):
+    """A function handed as an argument to functions of the codebase that
+    only call it (``get_model(kind, create_model_fn, ...)`` calling
+    ``create_model_fn(M, kwargs, ...)``) is called where the facts see
+    every call: it does not escape (its parameters take the values of
+    those calls, not unknown).  Any other use of it, or of the parameter
+    it lands in, or a callee the facts do not know, and it escapes."""
+    arg_of = {}  # id(argument value) -> (rel, qual, call, argument)
+    for c in self.constraints:
+      if c[0] == 'call':
+        for a in c[3].args:
+          arg_of[id(a.value)] = (c[1], c[2], c[3], a)
+    loads_of = {}  # (rel, name) -> [(qual, node)]
+    for rel, qual, node in self.loads:
+      loads_of.setdefault((rel, node.value), []).append((qual, node))
+
+    def only_called(d2, name):
+      for qual, node in loads_of.get((d2.rel, name), ()):
+        if qual != d2.qual and not qual.startswith(d2.qual + '.'):
+          continue
+        s = self._resolve_scope(d2.rel, qual, name)
+        if s is not None and s.qual == d2.qual and id(node) not in call_nodes:
+          return False
+      return True
+
+    def kept(rel, qual, node):
+      site = arg_of.get(id(node))
+      if site is None:
+        return False
+      crel, cqual, call, arg = site
+      if arg.star:
+        return False
+      k = None
+      if arg.keyword is None:
+        for i, a in enumerate(call.args):
+          if a.star:
+            return False
+          if a is arg:
+            k = i
+            break
+      targets = self.expr_values(crel, cqual, call.func)
+      if not targets:
+        return False
+      for v in targets:
+        if v[0] != 'func':
+          return False
+        d2 = self.defs.get((v[1], v[2]))
+        if d2 is None or d2.is_method:
+          return False
+        if k is None:
+          name = arg.keyword.value
+          if name not in d2.pos and name not in d2.kwonly:
+            return False
+        elif k < len(d2.pos):
+          name = d2.pos[k]
+        else:
+          return False
+        if not only_called(d2, name):
+          return False
+      return True
+
+    for d, uses in passed.values():
+      if all(kept(*u) for u in uses):
+        d.escapes = False
+
   def contradiction(self, rel, qual, name):
     """Why the run contradicts the source for ``name`` in ``qual``."""
     slot = self._name_slot(rel, qual, name)
@@ -279,13 +344,16 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
           # functools.partial(f, k=v): f is called through the partial's
           # calls (its keywords bound here, see _call)
           call_nodes.add(id(c[3].args[0].value))
+    passed = {}  # id(def) -> (def, its loads as a value)
     for rel, qual, node in self.loads:
       if id(node) in call_nodes:
         continue
       d = self._def_named(rel, qual, node.value)
       if d is not None:
         d.escapes = True
+        passed.setdefault(id(d), (d, []))[1].append((rel, qual, node))
     settled = self._fixpoint()
+    self._callbacks_kept(passed, call_nodes)
     # then what the codebase does not call (or calls from anywhere) takes
     # arguments from outside: unknown
     if self._open_params():

@@ -374,13 +374,17 @@ class InitModel:
   class, its partial) with the key ``rng`` (legacy ``M.init`` / ``create``
   / ``init_by_shape`` / ``create_by_shape``; each an expression as
   written).  Its inputs: ``shapes``, ((shape source, dtype source), ...)
-  of legacy's input specs, or None where the call gave ``inputs`` (Args,
-  as written).  ``fields``: keywords of the call that are the module's
-  hyper-parameters; ``kwargs``: the other keywords (the call's)."""
+  of legacy's input specs (or None), then ``inputs`` (Args, as written:
+  the positional arguments that are inputs).  ``positional_fields``:
+  ((field, value expression), ...) of positional arguments whose apply
+  parameter is a hyper-parameter; ``fields``: keywords of the call that
+  are the module's hyper-parameters; ``kwargs``: the other keywords (the
+  call's)."""
   module: Any
   rng: Any
   shapes: Optional[Tuple[Tuple[str, str], ...]] = None
   inputs: Tuple[Any, ...] = ()
+  positional_fields: Tuple[Tuple[str, Any], ...] = ()
   fields: Tuple[Any, ...] = ()
   kwargs: Tuple[Any, ...] = ()
 

@@ -369,6 +369,7 @@ def homes(files):
   the package, else 'bare'.
   """
   imported = collections.Counter()
+  dir_imports = collections.defaultdict(set)
   relative_dirs = set()
   roots = {}
   for sf in files:
@@ -376,6 +377,7 @@ def homes(files):
         sf.src_root)
     names, relative = _imports_of(sf.code or '')
     imported.update(names)
+    dir_imports[os.path.dirname(os.path.abspath(sf.path))] |= names
     if relative:
       relative_dirs.add(os.path.dirname(os.path.abspath(sf.path)))
   by_dir = collections.defaultdict(collections.Counter)
@@ -414,6 +416,21 @@ def homes(files):
       out[d] = _home_of(d, root, comps)
     else:
       out[d] = Home(d, 'bare')
+  # A directory of bare-imported scripts (a driver, a tests folder given as
+  # another source root) that imports a package of the tree shares that
+  # package's copy: one Model class and one stochastic / stateful frame
+  # stack for both (two copies: a model made by the package and applied by
+  # the script failed the other copy's isinstance, and a script's
+  # ``stateful`` block was not seen by the package's models).
+  packages = {h.package: h for h in out.values() if h.how == 'package'}
+  for d, home in list(out.items()):
+    if home.how != 'bare':
+      continue
+    used = {h.dir_abs: h for pkg, h in packages.items()
+            if any(n == pkg or n.startswith(pkg + '.')
+                   for n in dir_imports.get(d, ()))}
+    if len(used) == 1:
+      out[d] = next(iter(used.values()))
   return out
 
 
@@ -673,7 +690,10 @@ def ship(files):
     if existing is not None:
       names |= {x for x in _existing_names(existing.code)
                 if x in helpers().defs}
-    first = members[0]
+    # (a file of the copy's own source root: members may come from another
+    # root whose layout in the output is not the sources')
+    first = next((sf for sf in files if path.startswith(
+        os.path.abspath(sf.src_root).rstrip(os.sep) + os.sep)), members[0])
     rel = os.path.normpath(os.path.join(
         os.path.dirname(first.rel), os.path.relpath(
             path, os.path.dirname(os.path.abspath(first.path)))))

@@ -67,6 +67,8 @@ class Context:
     from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
     self.convert_class = modules.convert_class
     self.convert_function = modules.convert_function
+    from flaxlegacy.upgrade.rules import layer_functions  # pylint: disable=g-import-not-at-top
+    self.convert_layer_function = layer_functions.convert_top_level
 
   def line(self, node):
     if self.written is not None:  # a node of the file as written: its line

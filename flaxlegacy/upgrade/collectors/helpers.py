@@ -1,7 +1,8 @@
 """Facts of shared-module calls (rules/helpers.py rewrites them).
 
 ``shared_calls`` finds a class's calls of modules it shares
-(``M.shared(...)`` kept in a local or an attribute) and the class parameters
+(``M.shared(...)`` kept in a local or an attribute, or in a container:
+``blocks[i](x)``, ``for blk in blocks``; ``containers``) and the class parameters
 passed to them; ``move_shared_call_params`` makes those call parameters of
 the class (facts.py ``CodebaseFacts.finish``).
 """
@@ -23,7 +24,109 @@ def _shared_class(value):
   if (isinstance(owner, cst.Call) and isinstance(owner.func, cst.Attribute)
       and owner.func.attr.value == 'partial'):
     owner = owner.func.value
-  return owner.value if isinstance(owner, cst.Name) else None
+  if isinstance(owner, cst.Name):
+    return owner.value
+  name = cst_util.dotted(owner)  # module.C, module a file of the codebase
+  return name if name and name.count('.') == 1 else None
+
+
+def _container_root(func):
+  """The name ``func`` is a subscript of (``blocks[i][j]``), or None."""
+  if not isinstance(func, cst.Subscript):
+    return None
+  while isinstance(func, cst.Subscript):
+    func = func.value
+  return func.value if isinstance(func, cst.Name) else None
+
+
+def containers(body, element):
+  """{local: [element, ...]} for the locals of ``body`` (a function body,
+  nested functions included) that hold containers of elements -- what
+  ``element(expr)`` recognises (a shared instance), or None -- at any
+  depth: ``[X.shared(...) for ...]``, ``v.append(e)`` / ``v.insert(i, e)``
+  / ``v.extend([...])``, ``v[k] = e``, list / tuple / dict literals,
+  containers of such containers; and the names a ``for`` loop binds over
+  one (``for blk in blocks``, ``for i, blk in enumerate(blocks)``), which
+  may hold an element itself.  A local assigned the element directly
+  (``v = X.shared(...)``) is not here: that is a plain local."""
+  out = {}
+
+  def elems(expr):
+    e = element(expr)
+    if e is not None:
+      return [e]
+    if isinstance(expr, cst.Name):
+      return out.get(expr.value, [])
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+      found = []
+      for el in expr.elements:
+        found += elems(el.value)
+      return found
+    if isinstance(expr, cst.Dict):
+      found = []
+      for el in expr.elements:
+        found += elems(el.value)
+      return found
+    if isinstance(expr, (cst.ListComp, cst.SetComp, cst.GeneratorExp)):
+      return elems(expr.elt)
+    if isinstance(expr, cst.DictComp):
+      return elems(expr.value)
+    root = _container_root(expr)
+    return out.get(root, []) if root else []
+
+  def add(name, found):
+    if not found:
+      return False
+    have = out.setdefault(name, [])
+    new = [e for e in found if e not in have]
+    have += new
+    return bool(new)
+
+  class V(walk.FastVisitor):
+
+    def __init__(self):
+      self.changed = False
+
+    def visit_Assign(self, node):
+      for t in node.targets:
+        t = t.target
+        if isinstance(t, cst.Name):
+          if element(node.value) is None:
+            self.changed |= add(t.value, elems(node.value))
+        elif _container_root(t):
+          self.changed |= add(_container_root(t), elems(node.value))
+
+    def visit_Call(self, node):
+      f = node.func
+      if (isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name)
+          and f.attr.value in ('append', 'insert', 'extend') and node.args):
+        self.changed |= add(f.value.value, elems(node.args[-1].value))
+
+    def visit_For(self, node):
+      it, target = node.iter, node.target
+      if (isinstance(it, cst.Call) and cst_util.dotted(it.func) == 'enumerate'
+          and it.args and isinstance(target, cst.Tuple)
+          and len(target.elements) == 2):
+        it, target = it.args[0].value, target.elements[1].value
+      if isinstance(target, cst.Name):
+        self.changed |= add(target.value, elems(it))
+
+  for _ in range(4):  # to a fixpoint: appends before the loops over them
+    v = V()
+    body.visit(v)
+    if not v.changed:
+      break
+  return out
+
+
+def container_call(func, found):
+  """The elements a call of ``func`` calls when ``func`` is a local of
+  ``found`` (``containers``) or a subscript of one (``blocks[0]``), else
+  None."""
+  if isinstance(func, cst.Name):
+    return found.get(func.value)
+  root = _container_root(func)
+  return found.get(root) if root else None
 
 
 def _assigned_shared(fn):
@@ -84,13 +187,20 @@ def shared_calls(class_node, apply, params):
           local[n.value] = c
 
   apply.visit(V())
+  held = containers(apply.body, lambda e: _shared_class(e) or (
+      local.get(e.value) if isinstance(e, cst.Name) else None))
+  # blocks[i](x, mask=m): a call of an instance a container holds
   calls, kws = [], []
 
   class C(walk.FastVisitor):
 
     def visit_Call(self, node):
-      if not (isinstance(node.func, cst.Name) and node.func.value in local):
-        return
+      if isinstance(node.func, cst.Name) and node.func.value in local:
+        classes = [local[node.func.value]]
+      else:
+        classes = container_call(node.func, held)
+        if not classes:
+          return
       pos, kw, keys = [], {}, set()
       for a in node.args:
         if a.star:
@@ -103,10 +213,10 @@ def shared_calls(class_node, apply, params):
           keys.add(a.keyword.value)
           if p is not None:
             kw[a.keyword.value] = p
-      cls = local[node.func.value]
-      calls.append((cls, pos, kw))
-      if keys:
-        kws.append((cls, keys))
+      for cls in classes:
+        calls.append((cls, pos, kw))
+        if keys:
+          kws.append((cls, keys))
 
   apply.visit(C())
   return calls, kws
@@ -117,7 +227,7 @@ def move_shared_call_params(codebase, infos):
   for info in infos:
     facts = codebase.files.get(info.file)
     for cls, keys in getattr(info, 'shared_kw', ()):
-      child = codebase.module(facts, cls) if facts else None
+      child = _module(codebase, facts, cls)
       if child is None:
         continue
       bound = codebase.partial_kwargs.get(child.name, set())
@@ -126,3 +236,15 @@ def move_shared_call_params(codebase, infos):
           child.fields.remove(k)
           child.call.append(k)
       child.call.sort(key=child.params.index)
+
+
+def _module(codebase, facts, cls):
+  """The module class ``cls`` (``C`` or ``module.C``) seen from ``facts``."""
+  if facts is None:
+    return None
+  if '.' not in cls:
+    return codebase.module(facts, cls)
+  head, _, name = cls.partition('.')
+  f = codebase.imported_file(facts, head)
+  info = f.modules.get(name) if f is not None else None
+  return None if info is None or info.problems else info

@@ -517,14 +517,17 @@ class LinenProgramEmitter:
     """``M(...).init(rng, *inputs)`` source of an InitModel."""
     ctor = self.module_src(plan.module)
     rng = self._code(plan.rng)
+    inputs = []
     if plan.shapes is not None:
       self._import('import jax.numpy as jnp')
-      inputs = ', '.join(self._spec_input(s, d) for s, d in plan.shapes)
-    else:
-      inputs = ', '.join(self._argsrc(a) for a in plan.inputs)
-    if plan.fields:
+      inputs = [self._spec_input(s, d) for s, d in plan.shapes]
+    # legacy: apply(*shaped inputs, *positional inputs, **keywords)
+    inputs = ', '.join(inputs + [self._argsrc(a) for a in plan.inputs])
+    if plan.positional_fields or plan.fields:
       # hyper-parameters given at init are linen fields
-      extra = ', '.join(self._argsrc(a) for a in plan.fields)
+      extra = ', '.join([f'{p}={self._code(v)}'
+                         for p, v in plan.positional_fields]
+                        + [self._argsrc(a) for a in plan.fields])
       ctor = (ctor[:-1] + (', ' if not ctor.endswith('()') else '') + extra
               + ')')
     kw = ''.join(', ' + self._argsrc(a) for a in plan.kwargs)

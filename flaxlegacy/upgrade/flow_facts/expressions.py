@@ -300,6 +300,10 @@ class ExpressionFacts:
         out |= (self.expr_values(rel, qual, arg) if arg is not None
                 else {UNKNOWN})
       elif v[0] == 'func':
+        forwarded = self._forwarded_result(rel, qual, call, v)
+        if forwarded is not None:
+          out |= forwarded
+          continue
         out |= self.values.get(('r', v[1], v[2]), set()) or set()
         if (v[1], v[2]) not in self.defs:
           out.add(UNKNOWN)
@@ -328,6 +332,54 @@ class ExpressionFacts:
       else:
         out.add(UNKNOWN)
     return out
+
+  def _forwarded_result(self, rel, qual, call, v):
+    """What this call of ``v`` returns when every ``return`` of it is a call
+    of one of its parameters (a dispatcher returning ``create_model_fn(M,
+    ...)``): the results of the functions this call passes for them, not
+    of every call's (trainers passing their own ``create_model``, one
+    returning a model, one a ``(model, state)`` tuple).  None otherwise."""
+    d = self.defs.get((v[1], v[2]))
+    if d is None or d.is_method:
+      return None
+    returns = self._returns_by_def().get((v[1], v[2]))
+    if not returns:
+      return None
+    out = set()
+    for r in returns:
+      if not (isinstance(r, cst.Call) and isinstance(r.func, cst.Name)
+              and r.func.value in d.pos):
+        return None
+      k = d.pos.index(r.func.value)
+      arg = None
+      for i, a in enumerate(call.args):
+        if a.star:
+          return None
+        if a.keyword is None and i == k:
+          arg = a.value
+        elif a.keyword is not None and a.keyword.value == r.func.value:
+          arg = a.value
+      if arg is None:
+        return None
+      for fv in self.expr_values(rel, qual, arg):
+        if fv[0] != 'func' or (fv[1], fv[2]) not in self.defs:
+          return None
+        out |= self.values.get(('r', fv[1], fv[2]), set())
+    return out
+
+  def _returns_by_def(self):
+    """{(rel, function qual): [returned expressions]} (None: a bare
+    ``return``), from the return constraints of collect.py."""
+    cached = getattr(self, '_returns_cache', None)
+    if cached is None:
+      cached = {}
+      for c in self.constraints:
+        if c[0] == 'assign' and isinstance(c[3], tuple) and c[3][0] == 'r':
+          value = c[4]
+          cached.setdefault((c[3][1], c[3][2]), []).append(
+              value if isinstance(value, cst.CSTNode) else None)
+      self._returns_cache = cached
+    return cached
 
   def _aux_result(self, rel, call, v):
     """The value of ``jax.value_and_grad(f, has_aux=True)(...)``

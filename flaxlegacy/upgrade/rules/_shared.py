@@ -30,3 +30,30 @@ def call_name(call):
     if cst_util.kw(a) == 'name':
       return a
   return None
+
+
+SHARED_CALL_TODO = 'call of a shared module with hyper-parameters'
+
+
+def shared_call_problem(target, call):
+  """What a call of a shared instance of ``target`` (the Ref of its layer
+  or class) passes that linen made a field (fixed when the instance was
+  built): a list of keywords / positions (``'*'`` for a splat), empty when
+  the call is certain."""
+  args = list(call.args)
+  if any(a.star for a in args):
+    return ['*']
+  if target.kind == 'layer':
+    return [cst_util.kw(a) or f'argument {i + 1}'
+            for i, a in enumerate(args) if i]
+  info = target.target
+  out = []
+  for i, a in enumerate(args):
+    k = cst_util.kw(a)
+    if k is not None and k in info.fields:
+      out.append(k)
+    elif k is None and (i >= len(info.call) or i >= len(info.params)
+                        or info.call[i] != info.params[i]):
+      out.append(info.params[i] if i < len(info.params)
+                 else f'argument {i + 1}')
+  return out

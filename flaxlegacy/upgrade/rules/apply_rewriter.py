@@ -12,7 +12,10 @@ The call cases are one mixin per legacy concept, each in its own module of
 ``rules/apply/`` (issue 24's "one rule per legacy concept"):
 
 * ``instances.py``: ``X.partial`` held by a local called once, ``X.shared``,
-  ``.partial`` / ``.shared`` inside a body;
+  ``.partial`` / ``.shared`` inside a body, shared instances called
+  through containers (``blocks[i](x)``);
+* ``jax_transforms.py``: a TODO on a raw JAX transform (``jax.lax.scan``
+  ...) over a function that calls submodules (tried in ``visit_Call``);
 * ``stochastic.py``: ``nn.make_rng``, ``nn.is_stochastic``, ``nn.dropout``;
 * ``self_methods.py``: ``self.param``, ``self.state``, ``self.is_stateful``;
 * ``module_calls.py``: calls of what the callee resolves to (legacy layers
@@ -52,6 +55,7 @@ from flaxlegacy.upgrade.rules import name_plan
 from flaxlegacy.upgrade.rules import partial_locals
 from flaxlegacy.upgrade.rules.apply import frozen_fields
 from flaxlegacy.upgrade.rules.apply import instances
+from flaxlegacy.upgrade.rules.apply import jax_transforms
 from flaxlegacy.upgrade.rules.apply import module_calls
 from flaxlegacy.upgrade.rules.apply import self_methods
 from flaxlegacy.upgrade.rules.apply import stochastic
@@ -113,7 +117,8 @@ def _target_names(t):
   return []
 
 
-class ApplyRewriter(instances.InstanceRules, stochastic.StochasticRules,
+class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
+                    stochastic.StochasticRules,
                     self_methods.SelfMethodRules,
                     module_calls.ModuleCallRules,
                     frozen_fields.FrozenFieldRules, Upgrader):
@@ -197,6 +202,10 @@ class ApplyRewriter(instances.InstanceRules, stochastic.StochasticRules,
   def visit_ImportAlias(self, node):
     return False
 
+  def visit_Decorator(self, node):
+    self._check_jax_decorator(node)
+    return True
+
   def leave_Name(self, original_node, updated_node):
     if id(original_node) in self._skip_names:
       return updated_node
@@ -208,6 +217,7 @@ class ApplyRewriter(instances.InstanceRules, stochastic.StochasticRules,
   # -- calls --
   def visit_Call(self, node):
     super().visit_Call(node)
+    self._check_jax_transform(node)
     if attention_cache.module_call_shape(self, node):
       self._cache_calls.add(id(node.func))
     ref = self.resolver(node.func)
@@ -313,6 +323,7 @@ CALL_CASES = (
     self_methods.SelfMethodRules._call_self_method,
     instances.InstanceRules._call_instance_attr,
     instances.InstanceRules._call_partial_or_shared,
+    instances.InstanceRules._call_shared_container,
     module_calls.ModuleCallRules._call_callee,
 )
 # pylint: enable=protected-access

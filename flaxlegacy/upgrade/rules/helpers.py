@@ -113,4 +113,3 @@ def convert_helpers(up, node, info, apply, others):
 
 # --- facts ------------------------------------------------------------------
 
-

@@ -33,6 +33,15 @@ def type_name(ref):
   return None
 
 
+def _values_class_name(up, func):
+  """The one class name every value of ``func`` (flow.py) is, or None."""
+  values = up.flow_values(func) if hasattr(up, 'flow_values') else None
+  if not values or any(v[0] != 'class' for v in values):
+    return None
+  names = {v[2] for v in values}
+  return names.pop() if len(names) == 1 else None
+
+
 def partial_named(ref):
   """Whether some ``.partial(name=...)`` in a partial chain names calls."""
   while ref is not None and ref.kind == 'partial':
@@ -118,7 +127,17 @@ class NamePlan(walk.FastVisitor):
     if partial_named(ref):
       return  # X.partial(name=...) names every call
     self.refs[id(node)] = ref
-    self._event(node, type_name(ref))
+    name = type_name(ref)
+    if name is None and isinstance(f, cst.Attribute):
+      # a module known by its values (``other_file.Alias(x)`` where
+      # ``Alias = C.partial(...)``): legacy named it after the class of
+      # the value, so the name is known where every value is one class;
+      # otherwise it depends on the run (never a bare digit, which only
+      # an unnamed ``.shared()`` takes)
+      name = _values_class_name(self.resolver.up, f)
+      if name is None:
+        self.dynamic = True
+    self._event(node, name)
 
   def _event(self, node, type_name):
     if self._unknown_depth or type_name is None and not isinstance(

@@ -238,6 +238,16 @@ def model_apply_class(codebase, rel, qual, expr):
   return model_uses.class_expr(codebase, rel, key)
 
 
+def model_built_with_keywords(codebase, rel, qual, expr):
+  """Whether some model ``expr`` can hold was built of a module class
+  with ``.partial`` keywords (flow.py: ``('class', file, name, keywords)``)."""
+  for v in values(codebase, rel, qual, expr) or ():
+    if v[0] == 'model' and any(
+        m[0] == 'class' and m[3] for m in model_module_classes(codebase, v)):
+      return True
+  return False
+
+
 def model_module_classes(codebase, model_value):
   """The module values an ``('model', site)`` value was built of."""
   flow = _flow(codebase)
@@ -359,6 +369,24 @@ def carried(codebase, rel, qual, expr):
   vals = values(codebase, rel, qual, expr) or ()
   kind, why, _ = kind_of_values(vals, codebase)
   return kind == CARRIED, why
+
+
+def optimizers_all_carried(codebase, rel, qual):
+  """Whether the function ``qual`` of file ``rel`` creates optimizers
+  (``optim.X(...).create(t)``, as the value facts record them) and every
+  one's target ``t`` is a model that carries its module: then an optimizer
+  of that function the facts lose track of (a struct's
+  ``.replace(optimizer=...)`` returned by a step) holds one too.  (Only the
+  function's own creations: an optimizer the facts do not record, a
+  ``getattr(optim, name)(...)``, makes none.)"""
+  flow = _flow(codebase)
+  if flow is None or getattr(flow, 'optimizer_targets', None):
+    return False
+  sites = [(r, q, call) for r, q, call in getattr(
+      flow, 'optimizer_sites', {}).values() if (r, q) == (rel, qual)]
+  return bool(sites) and all(
+      call.args and carried(codebase, r, q, call.args[0].value)[0]
+      for r, q, call in sites)
 
 
 def model_reach(codebase, rel, call, model_class=None):

@@ -54,8 +54,11 @@ def partial_call(up, original, updated, inner):
       args = _partial_class_kwargs(up, original, root.target, args)
       if args is None:
         return updated
-    bad = [cst_util.kw(a) for a in args if cst_util.kw(a) and cst_util.kw(a) not in fields + ['name']
-           + [root.target.var_kw] * (root.kind == 'class')]
+    # (a layer has no catch-all: only a class's ``**kwargs`` takes more)
+    known = fields + ['name'] + (
+        [root.target.var_kw] if root.kind == 'class' else [])
+    bad = [cst_util.kw(a) for a in args
+           if cst_util.kw(a) and cst_util.kw(a) not in known]
     if bad:
       up.todo(original, f'.partial binds call parameters {bad}')
       return updated

@@ -403,10 +403,19 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     return self.ctx.convert_class(self, original_node, info)
 
   def visit_FunctionDef(self, node):
+    top = not self._quals
     self._quals.append(node.name.value)
     info = self.ctx.facts.modules.get(node.name.value)
     if info is not None and info.kind == 'function':
       return False
+    convert = getattr(self.ctx, 'convert_layer_function', None)
+    if top and self.PLAIN_BODIES and convert is not None:
+      # (rules/layer_functions.py, through the context: no import cycle)
+      new = convert(self, node)
+      if new is not None:  # a plain function building layers for modules
+        self._layer_functions = getattr(self, '_layer_functions', {})
+        self._layer_functions[id(node)] = new
+        return False
     if self.PLAIN_BODIES and (self.ctx.facts.nn_prefixes
                               or self.ctx.codebase.modules):
       # a helper that builds submodules from a local partial
@@ -417,6 +426,9 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
 
   def leave_FunctionDef(self, original_node, updated_node):
     self._quals.pop()
+    done = getattr(self, '_layer_functions', {}).pop(id(original_node), None)
+    if done is not None:
+      return done
     info = self.ctx.facts.modules.get(original_node.name.value)
     if info is None or info.kind != 'function':
       return updated_node

@@ -11,15 +11,67 @@ import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade.collectors import helpers as helper_facts
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention as attention_rule
 from flaxlegacy.upgrade.rules import constructors
+from flaxlegacy.upgrade.rules import name_plan
 from flaxlegacy.upgrade.rules import partial_locals
 from flaxlegacy.upgrade.rules import partials
 
 
 class InstanceRules:
   """``.partial`` / ``.shared`` instances and the locals holding them."""
+
+  _held = None
+
+  def _shared_containers(self):
+    """{local: [target Ref, ...]}: the body's containers of shared
+    instances (``blocks = [X.shared(...) ...]``), and the names a loop
+    over one binds (collectors/helpers.py ``containers``)."""
+    if self._held is None:
+      locals_ = self.resolver.locals
+
+      def element(expr):
+        if isinstance(expr, cst.Name):
+          ref = locals_.get(expr.value)
+        elif (isinstance(expr, cst.Call) and isinstance(
+            expr.func, cst.Attribute) and expr.func.attr.value == 'shared'):
+          ref = self.resolver(expr)
+        else:
+          return None
+        return ref.target if ref is not None and ref.kind == 'shared' else None
+
+      self._held = helper_facts.containers(self.fn.body, element)
+    return self._held
+
+  def _held_call(self, func, held=None):
+    """The targets of the shared instances a call of ``func`` (an original
+    node) calls through a container, or None."""
+    if isinstance(func, cst.Name) and func.value in self.resolver.locals:
+      return None  # a plain local (the resolver's)
+    return helper_facts.container_call(
+        func, self._shared_containers() if held is None else held)
+
+  def _call_shared_container(self, original_node, updated_node):
+    """``blocks[i](x, k=v)``, a shared instance held by a container, with
+    a hyper-parameter at the call: a TODO (the answer), else None."""
+    targets = self._held_call(original_node.func) or ()
+    for t in targets:
+      bad = _shared.shared_call_problem(t, original_node)
+      if bad:
+        names = sorted({name_plan.type_name(t) or 'module' for t in targets})
+        what = ('several module classes (' + ', '.join(names) + '): which '
+                'one this calls is not known here; ' if len(names) > 1
+                else '')
+        self.todo(original_node, f'{self.ctx.code_of(original_node.func)} '
+                  'calls a shared instance held by a container, with '
+                  f'{", ".join(bad)}: {what}linen made '
+                  f'{"it a field" if len(bad) == 1 else "them fields"} of '
+                  f'{name_plan.type_name(t) or "the module"}, fixed where the '
+                  'instance is built')
+        return updated_node
+    return None
 
   def _call_instance_partial(self, original_node, updated_node):
     """The ``X.partial(...)`` a local holds and calls once, else None."""
@@ -95,20 +147,31 @@ class InstanceRules:
       self.todo(original, f'.shared(**...) of {inner.kind}')
       return updated
     module = constructors.module_ref(self, inner, updated.func.value)
+    bound = []  # call parameters the shared instance binds
     if inner.kind == 'class':
       bad = [a for a in args if cst_util.kw(a) not in inner.target.fields + ['name']]
-      if bad:
+      if any(a.keyword is None or cst_util.kw(a) not in inner.target.call[1:]
+             for a in bad):
         self.todo(original, '.shared binds call parameters')
         return updated
+      # keywords of its __call__ (legacy bound them for every call, a
+      # call's own keyword winning): functools.partial of the instance
+      bound = bad
+      args = [a for a in args if a not in bad]
     name = None
     if _shared.call_name(original) is None:
       name = self._auto_name_plan(original, None, None)
       if self.dynamic:
         name = plans.AutoName(counter=_shared.AUTONAME_VAR, bare=True)
     self.rewrote(original, 'shared', '.shared(...) -> one module instance')
-    return self.emit.instance(plans.Instance(
+    instance = self.emit.instance(plans.Instance(
         module=module, hypers=_hypers(args), name=name,
         layer=None if inner.kind == 'class' else inner.target))
+    if not bound:
+      return instance
+    self.ctx.needed_imports.add('functools')
+    return cst.Call(func=cst_util.expr('functools.partial'),
+                    args=cst_util.clean_args([cst_util.arg(instance)] + bound))
 
 
 def _hypers(args):

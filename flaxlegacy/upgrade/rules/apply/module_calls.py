@@ -73,13 +73,8 @@ class ModuleCallRules:
       return updated
     if ref.kind == 'shared':
       # a call of a shared module variable: inputs only
-      target = ref.target
-      if target.kind == 'layer':
-        extra = [a for a in args[1:]]
-      else:
-        extra = [a for a in args if cst_util.kw(a) in target.target.fields]
-      if extra:
-        self.todo(original, 'call of a shared module with hyper-parameters')
+      if _shared.shared_call_problem(ref.target, original):
+        self.todo(original, _shared.SHARED_CALL_TODO)
       return updated
     target = constructors.partial_root(ref)
     var_pos = None

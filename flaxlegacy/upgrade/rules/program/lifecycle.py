@@ -115,8 +115,9 @@ class LifecycleRules:
         self.todo(call, f'{attr} input specs: not a literal list of shapes '
                   'and (shape, dtype) pairs, or a spec that could be either')
         return None
-      inputs = ()
-      rest = [a for a in args[2:]]
+      # legacy: apply(*shaped inputs, *args[2:], **keywords)
+      positional = [a for a in args[2:] if a.keyword is None]
+      rest = [a for a in args[2:] if a.keyword is not None]
     else:
       if any(a.star == '**' for a in args):
         # a splatted dict holds fields and __call__ arguments: which, only
@@ -125,7 +126,7 @@ class LifecycleRules:
                   '(constructor) or __call__ arguments; port by hand')
         return None
       specs = None
-      inputs = tuple(a for a in args[1:] if a.keyword is None)
+      positional = [a for a in args[1:] if a.keyword is None]
       rest = [a for a in args[1:] if a.keyword is not None]
     info = alias_facts.root_info(self.codebase, None,
                              program_facts.class_name(call.func.value))
@@ -145,11 +146,25 @@ class LifecycleRules:
     fields = (set(info.fields) if info is not None else set()) | {'name'}
     field_kw = [a for a in rest if a.keyword is not None
                 and a.keyword.value in fields]
+    # a positional argument goes to the apply parameter of its position:
+    # a field there is a constructor keyword (``M.init(rng, x, 2.0)`` of
+    # ``apply(self, x, scale=1.0)``), the rest stay inputs, in order
+    field_pos, inputs = [], []
+    first = 0 if specs is None else len(specs)
+    for j, a in enumerate(positional):
+      p = (info.params[first + j] if info is not None and not any(
+          b.star for b in positional[:j + 1]) and first + j < len(
+              info.params) else None)
+      if p is not None and p in info.fields:
+        field_pos.append((p, a.value))
+      else:
+        inputs.append(a)
     kw = [a for a in rest if a.keyword is not None and a not in field_kw]
     return plans.InitModel(
         module=call.func.value, rng=args[0].value,
-        shapes=None if specs is None else tuple(specs), inputs=inputs,
-        fields=tuple(field_kw), kwargs=tuple(kw))
+        shapes=None if specs is None else tuple(specs), inputs=tuple(inputs),
+        positional_fields=tuple(field_pos), fields=tuple(field_kw),
+        kwargs=tuple(kw))
 
   def _lifecycle_statement(self, orig, stmt, updated_node):
     """``M.init_by_shape(rng, specs)`` as a statement of its own (NEXT

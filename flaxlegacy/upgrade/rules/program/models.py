@@ -44,6 +44,11 @@ class ModelRules:
     if cls is not None:
       # every model it holds is of this class (flow.py)
       return f'{cls}().apply'
+    if objects.model_built_with_keywords(self.codebase, self.f.path,
+                                         self._qual(), cst.Name(model_name)):
+      # M.partial(k=v) bound where the model was made: M().apply here
+      # would drop k (the field's default instead, silently)
+      return None
     cls = self._model_class_expr()
     if cls is not None:
       # the one module class models are built of, bound in this file

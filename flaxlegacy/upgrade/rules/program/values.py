@@ -194,9 +194,17 @@ class ValueQueries:
       return k
     if isinstance(expr, cst.Attribute):
       if expr.attr.value == 'target' and self.kind_of(expr.value) == OPT:
-        if objects.carried(self.codebase, self.f.path, self._qual(),
-                           expr)[0]:
+        is_carried, why = objects.carried(self.codebase, self.f.path,
+                                          self._qual(), expr)
+        if is_carried:
           return None  # a legacy_model.Model: .params and calls as written
+        if why is None and not (objects.values(
+            self.codebase, self.f.path, self._qual(), expr) or set()) - {
+                flow_lib.UNKNOWN} and objects.optimizers_all_carried(
+                    self.codebase, self.f.path, self._qual()):
+          # an optimizer the facts lose (a struct's .replace(optimizer=)):
+          # every optimizer this function creates holds a carried Model
+          return None
         return MODEL
       kind, why, unknown = objects.attr_kind(
           self.codebase, self.f.path, self._qual(), expr, self.model_class)

@@ -1,0 +1,229 @@
+"""Raw JAX transforms over submodule calls in a module body.
+
+Legacy bodies ran ``jax.lax.scan(step, carry, xs)`` (``jax.vmap``,
+``jax.remat``, ``lax.fori_loop`` ...) over a function -- a local ``def``, a
+lambda, a ``functools.partial`` -- that calls legacy layers, modules or
+shared instances: legacy Flax kept its parameters in Python dicts, so the
+trace saw plain arrays.  Linen's variables live in scopes that a raw JAX
+transform must not create or write inside its trace (``UnexpectedTracerError``
+/ ``JaxTransformError`` at run time); linen has lifted transforms for that
+(``nn.scan``, ``nn.vmap``, ``nn.remat`` ...).  The calls inside are
+rewritten like any other, and the transform gets a TODO naming the lifted
+transform to use: a rewrite to ``nn.scan`` depends on how the carry, the
+scanned axes and the variables line up, which the source does not say.
+
+A transform over a function that calls no submodule (a pure function)
+stays silent.  ``TRANSFORMS`` is the one table of transforms.
+"""
+
+import libcst as cst
+
+from flaxlegacy.upgrade.rules import jax_names
+
+# qualified JAX name -> (what linen offers instead, where the transformed
+# functions are among the arguments: positions, keywords)
+TRANSFORMS = {
+    'jax.lax.scan': ('nn.scan', (0,), ('f',)),
+    'jax.lax.map': ('nn.scan (or nn.vmap)', (0,), ('f',)),
+    'jax.lax.fori_loop': ('nn.scan (or nn.while_loop)', (2,), ('body_fun',)),
+    'jax.lax.while_loop': ('nn.while_loop', (0, 1), ('cond_fun', 'body_fun')),
+    'jax.lax.cond': ('nn.cond', (1, 2), ('true_fun', 'false_fun')),
+    'jax.lax.switch': ('nn.switch', (1,), ('branches',)),
+    'jax.vmap': ('nn.vmap', (0,), ('fun',)),
+    'jax.pmap': ('nn.vmap inside, jax.pmap of the whole apply outside', (0,),
+                 ('fun',)),
+    'jax.jit': ('nn.jit', (0,), ('fun',)),
+    'jax.remat': ('nn.remat', (0,), ('fun',)),
+    'jax.checkpoint': ('nn.remat', (0,), ('fun',)),
+    'jax.ad_checkpoint.checkpoint': ('nn.remat', (0,), ('fun',)),
+    'jax.grad': ('nn.grad', (0,), ('fun',)),
+    'jax.value_and_grad': ('nn.value_and_grad', (0,), ('fun',)),
+    'jax.jvp': ('nn.jvp', (0,), ('fun',)),
+    'jax.vjp': ('nn.vjp', (0,), ('fun',)),
+    'jax.jacfwd': ('nn.jvp', (0,), ('fun',)),
+    'jax.jacrev': ('nn.vjp', (0,), ('fun',)),
+    'jax.hessian': ('nn.grad', (0,), ('fun',)),
+    'jax.custom_vjp': ('nn.custom_vjp', (0,), ('fun',)),
+    'jax.custom_jvp': ('nn.custom_vjp', (0,), ('fun',)),
+}
+# the legacy spelling of lax.cond with operands between the functions:
+# cond(pred, true_operand, true_fun, false_operand, false_fun)
+_OLD_COND = (2, 4)
+_SELF_VARIABLES = ('param', 'state', 'get_param', 'collection')
+
+
+def transform_name(func, imports):
+  """The TRANSFORMS key ``func`` (an expression) names, or None."""
+  q = jax_names.qualify(func, imports)
+  if q is None:
+    return None
+  q = jax_names.RENAMES.get(q, q)
+  if q.startswith('jax.api.'):
+    q = 'jax.' + q[len('jax.api.'):]
+  return q if q in TRANSFORMS else None
+
+
+def _functions_of(call, name):
+  """The expressions ``call`` (of the transform ``name``) passes as the
+  functions it transforms."""
+  _, positions, keywords = TRANSFORMS[name]
+  pos = [a.value for a in call.args if a.keyword is None and not a.star]
+  if name == 'jax.lax.cond' and len(pos) == 5:
+    positions = _OLD_COND
+  out = [pos[i] for i in positions if i < len(pos)]
+  out += [a.value for a in call.args
+          if a.keyword is not None and a.keyword.value in keywords]
+  return out
+
+
+class _Locals(cst.CSTVisitor):
+  """The body's local functions by name: ``def f``, ``f = lambda ...``,
+  ``f = functools.partial(g, ...)`` / ``f = jax.remat(g)`` (an
+  expression to follow), and decorated defs."""
+
+  def __init__(self):
+    super().__init__()
+    self.defs = {}  # name -> [FunctionDef | Lambda | expression]
+    self.decorated = []  # (Decorator, FunctionDef)
+
+  def visit_FunctionDef(self, node):
+    self.defs.setdefault(node.name.value, []).append(node)
+    for d in node.decorators:
+      self.decorated.append((d, node))
+
+  def visit_Assign(self, node):
+    if len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                             cst.Name):
+      if isinstance(node.value, (cst.Lambda, cst.Call)):
+        self.defs.setdefault(node.targets[0].target.value, []).append(
+            node.value)
+
+  def visit_ClassDef(self, node):
+    return False
+
+
+class _Calls(cst.CSTVisitor):
+  """The calls inside a function."""
+
+  def __init__(self):
+    super().__init__()
+    self.calls = []
+
+  def visit_Call(self, node):
+    self.calls.append(node)
+
+  def visit_ClassDef(self, node):
+    return False
+
+
+class JaxTransformRules:
+  """A TODO on a raw JAX transform whose function calls submodules."""
+
+  _transform_locals = None
+
+  def _local_functions(self):
+    if self._transform_locals is None:
+      scan = _Locals()
+      self.fn.body.visit(scan)
+      self._transform_locals = scan
+    return self._transform_locals
+
+  def _functions(self, expr, seen):
+    """The function nodes (FunctionDef / Lambda) ``expr`` denotes."""
+    if id(expr) in seen:
+      return []
+    seen.add(id(expr))
+    if isinstance(expr, (cst.Lambda, cst.FunctionDef)):
+      return [expr]
+    if isinstance(expr, cst.Name):
+      out = []
+      for d in self._local_functions().defs.get(expr.value, ()):
+        out += self._functions(d, seen)
+      return out
+    if isinstance(expr, (cst.List, cst.Tuple)):  # lax.switch's branches
+      out = []
+      for e in expr.elements:
+        out += self._functions(e.value, seen)
+      return out
+    if isinstance(expr, cst.Call):
+      imports = self.ctx.facts.imports
+      q = jax_names.qualify(expr.func, imports)
+      if q == 'functools.partial' and expr.args:
+        return self._functions(expr.args[0].value, seen)
+      name = transform_name(expr.func, imports)
+      if name is not None:  # jax.lax.scan(jax.remat(step), ...)
+        out = []
+        for f in _functions_of(expr, name):
+          out += self._functions(f, seen)
+        return out
+    return []
+
+  def _submodule_call(self, fn, seen):
+    """A description of a call in ``fn`` that linen turns into a variable
+    access (a submodule call, ``self.param`` ...), following the local
+    functions it calls; None if there is none."""
+    if id(fn) in seen:
+      return None
+    seen.add(id(fn))
+    calls = _Calls()
+    fn.body.visit(calls)  # a def's block, a lambda's expression
+    held = self._shared_containers()
+    for c in calls.calls:
+      f = c.func
+      code = self.ctx.code_of(f)
+      if (isinstance(f, cst.Attribute) and isinstance(f.value, cst.Name)
+          and f.value.value == 'self' and f.attr.value in _SELF_VARIABLES):
+        return code
+      if isinstance(f, cst.Name) and f.value in self._local_functions().defs:
+        for inner in self._functions(f, set()):
+          found = self._submodule_call(inner, seen)
+          if found:
+            return found
+      if self._held_call(f, held):
+        return code
+      ref = self.resolver(f)
+      if ref is not None and ref.kind in ('layer', 'class', 'partial',
+                                          'shared', 'instance',
+                                          'attention'):
+        return code
+    return None
+
+  def _transformed(self, name, functions, node):
+    for f in functions:
+      for fn in self._functions(f, set()):
+        found = self._submodule_call(fn, set())
+        if found:
+          lifted = TRANSFORMS[name][0]
+          self.todo(node, f'{name} over a function that calls a submodule '
+                    f'({found}): linen cannot create or update variables '
+                    'inside a raw JAX transform (UnexpectedTracerError / '
+                    f'JaxTransformError at run time); use linen\'s lifted '
+                    f'{lifted}, or call the submodule outside the transform')
+          return
+
+  def _check_jax_transform(self, node):
+    """``visit_Call``: a TODO on ``node`` if it is a transform (TRANSFORMS)
+    of a function that calls a submodule."""
+    name = transform_name(node.func, self.ctx.facts.imports)
+    if name is not None:
+      self._transformed(name, _functions_of(node, name), node)
+      return
+    q = jax_names.qualify(node.func, self.ctx.facts.imports)
+    if q == 'functools.partial' and node.args:
+      # decorator form: @functools.partial(jax.vmap, in_axes=0)
+      inner = transform_name(node.args[0].value, self.ctx.facts.imports)
+      if inner is not None and node.args[0].keyword is None and any(
+          id(d.decorator) == id(node)
+          for d, _ in self._local_functions().decorated):
+        fns = [f for d, f in self._local_functions().decorated
+               if id(d.decorator) == id(node)]
+        self._transformed(inner, fns, node)
+
+  def _check_jax_decorator(self, node):
+    """``visit_Decorator``: ``@jax.remat`` / ``@jax.jit`` on a local
+    function of the body."""
+    name = transform_name(node.decorator, self.ctx.facts.imports)
+    if name is not None:
+      fns = [f for d, f in self._local_functions().decorated if d is node]
+      self._transformed(name, fns, node)
+
