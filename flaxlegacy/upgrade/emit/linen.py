@@ -395,7 +395,7 @@ class LinenEmitter:
 def _fresh_code(node):
   """Source of a node as rewritten so far (printed as a module of its own
   prints it)."""
-  return cst.Module([]).code_for_node(node)
+  return cst_util.code(node)
 
 
 # flaxlegacy's model helpers (a model that carries its module, a module

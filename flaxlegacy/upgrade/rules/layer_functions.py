@@ -112,16 +112,11 @@ class _Names(walk.FastVisitor):
     self.attrs.add(node.attr.value)
 
 
-def _names(node):
+def _scan(node):
+  """The names and attribute names of ``node``."""
   v = _Names()
   node.visit(v)
-  return v.names
-
-
-def _attrs(node):
-  v = _Names()
-  node.visit(v)
-  return v.attrs
+  return v
 
 
 def convert_top_level(up, node):
@@ -138,7 +133,8 @@ def convert(up, node):
   ps = node.params
   params = [p.name.value for p in list(ps.posonly_params) + list(ps.params)
             + list(ps.kwonly_params)]
-  if _attrs(node.body) & {'partial', 'shared'}:
+  written = _scan(node.body)
+  if written.attrs & {'partial', 'shared'}:
     # it makes module references (``conv = conv.partial(...)``; returned,
     # they are the caller's to build): the partial rules' (rules/partials.py)
     return None
@@ -153,7 +149,7 @@ def convert(up, node):
   body = walk.transform(node.body, rw)
   builds = any(e.get('rule') == 'module_call'
                for e in report.rewritten[marks[0]:])
-  if ('self' in _names(body) and 'self' not in _names(node.body)
+  if ('self' in _scan(body).names and 'self' not in written.names
       or len(report.left) > marks[1] or not builds):
     # the body needs a module (make_rng, param), or a call it could not
     # rewrite, or it builds no layer (nothing of this rule's): the legacy

@@ -18,6 +18,7 @@ stays silent.  ``TRANSFORMS`` is the one table of transforms.
 
 import libcst as cst
 
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import jax_names
 
 # qualified JAX name -> (what linen offers instead, where the transformed
@@ -76,7 +77,7 @@ def _functions_of(call, name):
   return out
 
 
-class _Locals(cst.CSTVisitor):
+class _Locals(walk.FastVisitor):
   """The body's local functions by name: ``def f``, ``f = lambda ...``,
   ``f = functools.partial(g, ...)`` / ``f = jax.remat(g)`` (an
   expression to follow), and decorated defs."""
@@ -102,7 +103,7 @@ class _Locals(cst.CSTVisitor):
     return False
 
 
-class _Calls(cst.CSTVisitor):
+class _Calls(walk.FastVisitor):
   """The calls inside a function."""
 
   def __init__(self):
