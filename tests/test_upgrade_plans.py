@@ -30,13 +30,16 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'apply_gradients', 'replicate', 'params_of', 'step_of',
                'init_model', 'module_partial', 'apply_model',
                'module_function', 'transformation', 'multi_transform',
-               'make_train_state', 'traversal_object', 'dynamic_scale')
+               'make_train_state', 'traversal_object', 'dynamic_scale',
+               'model_apply', 'model_value', 'model_params', 'model_type',
+               'program_rng', 'stochastic_scope', 'collection_dict',
+               'per_step_user_transformation')
 STATEMENTS = ('field', 'init_any_module')
 # plans written as a list of statements (one placeholder statement)
-STATEMENT_LISTS = ('optimize', 'model_init')
+STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
 # source the concepts not split yet still splice into their own text:
-# passed through, not recorded
-SOURCES = ('module_src',)
+# passed through, not recorded (none left in the program pass)
+SOURCES = ()
 STRUCTURE = ('call_method', 'module_class', 'module_base', 'module_method',
              'setup', 'shared_scope', 'scoped_method')
 
@@ -479,7 +482,11 @@ def test_program_optimizers_are_plans(monkeypatch):
       ('GradientDescent', (('learning_rate', '0.2'),))]
   states = _plans(log, 'make_train_state')
   assert [_code(s.params) for s in states] == ['model'] * 3
-  assert [s.apply_fn for s in states] == ['Net().apply'] * 3
+  # the apply function the pass recorded for model (nn.Model(Net, ...))
+  fns = [s.apply_fn for s in states]
+  assert all(isinstance(f, plans.ApplyFn) for f in fns)
+  assert [(_code(f.module), f.state, f.carried) for f in fns] == [
+      ('Net', None, False)] * 3
   assert not any(s.carried for s in states)
   # adam.create: a definition bound to a name; LAMB: a legacy rule
   assert states[0].tx == 'adam'
@@ -499,4 +506,165 @@ def test_program_optimizers_are_plans(monkeypatch):
   for linen_text in ('optax.', 'legacy_optax', 'TrainState',
                      'traverse_util', 'dynamic_scale_lib.'):
     assert linen_text not in marked.split('class Net')[1], linen_text
+  assert _put_back(marked, log) == plain
+
+
+MODELS = '''\
+import jax
+from flax import nn, optim
+
+
+class Net(nn.Module):
+
+  def apply(self, x, width=3, train=True):
+    x = nn.BatchNorm(x, use_running_average=not train)
+    x = nn.dropout(x, 0.5, deterministic=not train)
+    return nn.Dense(x, width)
+
+  @nn.module_method
+  def embed(self, x, width=3):
+    return nn.Dense(x, width)
+
+
+def main(rng, x, state):
+  with nn.stateful() as init_state:
+    _, params = Net.init_by_shape(rng, [(1, 4)])
+  model = nn.Model(Net, params)
+  with nn.stateful(init_state) as new_state:
+    with nn.stochastic(rng):
+      y = model(x, width=3)
+      key = nn.make_rng()
+  with nn.stateful(new_state, mutable=False):
+    z = model.embed(x)
+  optimizer = optim.Adam(0.1).create(model)
+  w = optimizer.target(x, train=False)
+  v = nn.Model(Net, params)(x)
+  assert isinstance(model, nn.Model)
+  return y, z, w, v, key, model.params, new_state.as_dict()
+'''
+
+
+def test_program_models_and_collections_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(MODELS)
+  new, log = _upgrade(monkeypatch, MODELS, marker=False)
+  assert new == plain
+  # y = model(x, width=3) in nn.stateful(init_state) as new_state and
+  # nn.stochastic(rng): an assignment that threads the written collection
+  (assign,) = _plans(log, 'model_apply_assign')
+  assert isinstance(assign, plans.ModelApplyAssign)
+  assert _code(assign.target) == 'y' and assign.new_state == 'new_state'
+  call = assign.apply
+  assert isinstance(call.fn, plans.ApplyFn) and _code(call.fn.module) == 'Net'
+  assert call.params == 'model'
+  assert [_code(a.value) for a in call.inputs] == ['x']
+  assert [a.keyword.value for a in call.fields] == ['width']  # a field
+  assert (call.method, call.collections, call.rng, call.mutable) == (
+      None, 'init_state', 'rng', 'batch_stats')
+  embed, target = _plans(log, 'model_apply')
+  # model.embed(x) of an @nn.module_method, under a state not written
+  assert (embed.method, embed.collections, embed.mutable, embed.rng) == (
+      'embed', 'new_state', None, None)
+  assert not embed.fields
+  # optimizer.target(x, train=False): the train state's function and
+  # parameters, a field set
+  assert target.fn.state == 'optimizer' and target.params is None
+  assert [a.keyword.value for a in target.fields] == ['train']
+  # nn.Model(Net, params)(x): the life cycle's ApplyModel
+  (inline,) = _plans(log, 'apply_model')
+  assert _code(inline.module) == 'Net' and _code(inline.params) == 'params'
+  values = _plans(log, 'model_value')
+  # model = nn.Model(Net, params), and the inline one's inner call
+  assert [(_code(v.call.args[1].value), v.carried) for v in values] == [
+      ('params', False)] * 2
+  assert [p.carried for p in _plans(log, 'model_type')] == [False]
+  assert [_code(p.access) for p in _plans(log, 'model_params')] == [
+      'model.params']
+  assert [p.op for p in _plans(log, 'program_rng')] == ['make_rng']
+  (scope,) = _plans(log, 'stochastic_scope')
+  assert _code(scope.call.args[0].value) == 'rng'
+  (as_dict,) = _plans(log, 'collection_dict')
+  assert _code(as_dict.call) == 'new_state.as_dict()'
+  # the TrainState's apply function is the model's recorded one
+  (state,) = _plans(log, 'make_train_state')
+  assert state.apply_fn is call.fn
+  marked, log = _upgrade(monkeypatch, MODELS, marker=True)
+  body = marked.split('def main')[1]
+  for linen_text in ('.apply(', 'legacy_rng', 'mutable=', 'rngs=',
+                     'method=', 'dict)', '.clone(', 'as_dict'):
+    assert linen_text not in body, linen_text
+  # (the program only: the module method's class is shaped from written
+  # bodies, see test_module_methods_shape_the_class_by_plans)
+  assert (_put_back(marked, log).split('def main')[1]
+          == plain.split('def main')[1])
+
+
+USER_OPTIMIZERS = '''\
+import jax.numpy as jnp
+from flax import nn, optim, struct
+
+
+class MLP(nn.Module):
+
+  def apply(self, x):
+    return nn.Dense(x, 3)
+
+
+@struct.dataclass
+class _HP:
+  learning_rate: float
+  beta: float
+
+
+class SignMomentum(optim.OptimizerDef):
+
+  def __init__(self, learning_rate=None, beta=0.9):
+    super().__init__(_HP(learning_rate, beta))
+
+  def init_param_state(self, param):
+    return jnp.zeros_like(param)
+
+  def apply_param_gradient(self, step, hyper_params, param, state, grad):
+    trace = hyper_params.beta * state + jnp.sign(grad)
+    return param - hyper_params.learning_rate * trace, trace
+
+
+class MyAdam(optim.Adam):
+  pass
+
+
+def main(rng, g):
+  _, params = MLP.init_by_shape(rng, [(1, 4)])
+  model = nn.Model(MLP, params)
+  opt_def = SignMomentum(beta=0.8)
+  opt = opt_def.create(model)
+  opt = opt.apply_gradient(g, learning_rate=0.1)
+  other = SignMomentum(0.2).create(model)
+  kept = MyAdam(0.1).create(model)
+  return opt, other, kept
+'''
+
+
+def test_program_user_optimizers_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(USER_OPTIMIZERS)
+  new, log = _upgrade(monkeypatch, USER_OPTIMIZERS, marker=False)
+  assert new == plain
+  # the program sets the learning rate per step: the translated
+  # definition's other parameters static, the rate from zero where the
+  # call gives none
+  per_step = _plans(log, 'per_step_user_transformation')
+  assert [(_code(p.call), p.static, p.default_rate) for p in per_step] == [
+      ('SignMomentum(beta=0.8)', ('beta',), True),
+      ('SignMomentum(0.2)', ('beta',), False)]
+  states = _plans(log, 'make_train_state')
+  txs = [s.tx for s in states]
+  assert all(isinstance(t, plans.UserTransformation) for t in txs)
+  # opt_def (a name holding the translated definition), the inline one
+  # (as rewritten: the per-step transformation), the kept subclass
+  assert [t.translated for t in txs] == [True, True, False]
+  assert _code(txs[0].definition) == 'opt_def'
+  assert _code(txs[2].definition) == 'MyAdam(0.1)'
+  marked, log = _upgrade(monkeypatch, USER_OPTIMIZERS, marker=True)
+  body = marked.split('def main')[1]
+  for linen_text in ('optax', 'as_optax', 'static_args', 'TrainState'):
+    assert linen_text not in body, linen_text
   assert _put_back(marked, log) == plain

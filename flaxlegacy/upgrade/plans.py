@@ -482,13 +482,13 @@ class MakeTrainState:
   """The train state a legacy ``definition.create(target)`` made:
   parameters ``params`` (the target, as written), updated by ``tx`` (a
   Transformation or MultiTransform plan, or the source of an expression
-  holding a transformation made elsewhere); ``apply_fn``: the source of
-  the apply function of the target's module as the pass recorded it, or
-  None where it is not known (a TODO); ``carried``: the target is a
+  holding a transformation made elsewhere); ``apply_fn``: the apply
+  function of the target's module as the pass recorded it (an ApplyFn),
+  or None where it is not known (a TODO); ``carried``: the target is a
   model that carries its module (its own apply function)."""
   params: Any
   tx: Any
-  apply_fn: Optional[str] = None
+  apply_fn: Any = None
   carried: bool = False
 
 
@@ -505,3 +505,133 @@ class DynamicScale:
   """Legacy ``optim.DynamicScale(...)`` (mixed-precision loss scaling);
   ``call``: the call as rewritten so far (its arguments are kept)."""
   call: Any
+
+
+# -- models (rules/program/models.py) --
+
+
+@_plan
+class ApplyFn:
+  """The function that applies a model's module to its parameters and
+  inputs.  ``module``: the legacy module expression whose module applies
+  (a node as written -- a class, with its fields' defaults, or its
+  partial -- or the source of a class's name); ``state``: the source of a
+  train state whose apply function it is; ``carried``: the model carries
+  its module (objects.model_carried) and applies it itself.  None of
+  them: a model with no module (``nn.Model(None, params)``)."""
+  module: Any = None
+  state: Optional[str] = None
+  carried: bool = False
+
+
+@_plan
+class ModelApply:
+  """A model called on its inputs (legacy ``model(x)``,
+  ``model.method(x)``): apply ``fn`` (ApplyFn) with the parameters
+  ``params`` (the source of the model's expression: a model is its
+  parameters; None: the parameters of ``fn``'s train state, legacy
+  ``opt.target(x)``) on ``inputs`` (Args as written).  ``fields``: the
+  call's keywords that are the module's hyper-parameters (set when the
+  module is built); ``method``: the legacy ``@nn.module_method`` called,
+  or None; ``collections``: the source of the other collections' variables
+  (``nn.stateful(s)``), or None; ``rng``: the source of the dropout key
+  (``nn.stochastic(rng)``), or None; ``mutable``: the collection the call
+  writes (then it returns the new one too), or None."""
+  fn: ApplyFn
+  params: Optional[str]
+  inputs: Tuple[Any, ...] = ()
+  fields: Tuple[Any, ...] = ()
+  method: Optional[str] = None
+  collections: Optional[str] = None
+  rng: Optional[str] = None
+  mutable: Optional[str] = None
+
+
+@_plan
+class ModelApplyAssign:
+  """``target = model(x)`` (``apply``, a ModelApply) as a statement;
+  ``new_state``: the source of the name the written collection goes to
+  (``with nn.stateful(s) as new_state:``) where ``apply.mutable``, else
+  None.  ``target`` as the legacy code wrote it."""
+  apply: ModelApply
+  target: Any
+  new_state: Optional[str] = None
+
+
+@_plan
+class ModelValue:
+  """Legacy ``nn.Model(M, params)`` (``call``, as rewritten so far): the
+  parameters alone (a model is its parameters), or -- ``carried`` -- a
+  model that carries its module M with them (objects.model_carried)."""
+  call: Any
+  carried: bool = False
+
+
+@_plan
+class ModelParams:
+  """The parameters of a model (legacy ``model.params``): ``access``, the
+  attribute as rewritten so far."""
+  access: Any
+
+
+@_plan
+class ModelType:
+  """The type a legacy ``nn.Model`` value has now (legacy
+  ``isinstance(x, nn.Model)``): a model that carries its module
+  (``carried``), or its parameters."""
+  carried: bool = False
+
+
+# -- collections and keys in program code (rules/program/stateful.py) --
+
+
+@_plan
+class ProgramRng:
+  """Legacy ``nn.make_rng()`` (``op`` 'make_rng') / ``nn.is_stochastic()``
+  ('is_stochastic') in program code: a key of the enclosing
+  ``nn.stochastic`` scope, or whether there is one."""
+  op: str
+
+
+@_plan
+class StochasticScope:
+  """``with nn.stochastic(rng):`` kept as a scope program code draws keys
+  from (ProgramRng; the model calls in it get the key as their dropout
+  stream): ``call``, the ``nn.stochastic(rng)`` call as rewritten so
+  far."""
+  call: Any
+
+
+@_plan
+class CollectionDict:
+  """``state.as_dict()`` of a legacy ``nn.Collection`` (``call``, as
+  rewritten so far): the collection's variables as a dict."""
+  call: Any
+
+
+# -- user-written optimizer definitions (rules/program/user_optimizers.py) --
+
+
+@_plan
+class UserTransformation:
+  """The gradient transformation of a user-written legacy
+  ``OptimizerDef``: ``definition``, the expression that makes the
+  definition (``UserDef(...)`` as rewritten so far, or a name holding
+  one); ``translated``: the upgrade translated the class into a function
+  that returns the transformation (rules/optimizer_defs.py), so the
+  expression is the transformation; else the class is kept and the
+  transformation is asked of it.  A MakeTrainState's ``tx``."""
+  definition: Any
+  translated: bool = False
+
+
+@_plan
+class PerStepUserTransformation:
+  """A translated user definition ``UserDef(...)`` (``call``, as
+  rewritten so far) whose learning rate the program sets per step:
+  ``static``, its other parameters (fixed when it is built: legacy
+  branched on them in Python); ``default_rate``: the call gives no
+  learning rate (it starts at zero, set at each step)."""
+  call: Any
+  static: Tuple[str, ...]
+  default_rate: bool = False

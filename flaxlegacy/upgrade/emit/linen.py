@@ -401,6 +401,8 @@ def _fresh_code(node):
 # flaxlegacy's model helpers (a model that carries its module, a module
 # known at run time), imported beside upgraded code under this name
 MODEL_HELPER_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_model'
+# the legacy key frame of program code (nn.stochastic, nn.make_rng)
+RNG_HELPER_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_rng'
 
 # the program pass's checkpoint functions (flaxlegacy's helpers copied
 # beside upgraded code: plain flax + serialization)
@@ -603,6 +605,104 @@ class LinenProgramEmitter:
     return cst.Call(func=cst.parse_expression('legacy_model.module_call'),
                     args=[cst.Arg(value=plan.module)])
 
+  # -- models --
+  def apply_fn_src(self, plan):
+    """Source of an ApplyFn: ``M().apply`` (``M(fields).apply`` of its
+    partial), ``state.apply_fn``, ``legacy_model.apply_model``, or
+    ``None``."""
+    if plan.carried:
+      self._import(MODEL_HELPER_IMPORT)
+      return 'legacy_model.apply_model'
+    if plan.state is not None:
+      return f'{plan.state}.apply_fn'
+    if isinstance(plan.module, str):
+      return f'{plan.module}().apply'
+    if plan.module is not None:
+      return self.module_src(plan.module) + '.apply'
+    return 'None'
+
+  def _model_apply_src(self, plan):
+    """``apply({'params': p, **collections}, inputs..., method=, rngs=,
+    mutable=)`` source of a ModelApply; fields set on the module first
+    (``M(fields).apply``, else ``module.clone(fields).apply``)."""
+    apply = self.apply_fn_src(plan.fn)
+    if plan.fields:
+      fields = ', '.join(self._argsrc(a) for a in plan.fields)
+      if apply.endswith('().apply'):
+        # the class itself: its fields at construction (a required field
+        # has no default for ``M()`` to clone from)
+        apply = f"{apply[:-len('().apply')]}({fields}).apply"
+      else:
+        if not apply.endswith('.apply'):
+          # apply_fn is a bound ``module.apply``: its module, with the
+          # fields this call sets
+          apply = apply + '.__self__'
+        else:
+          apply = apply[:-len('.apply')]
+        apply = f'{apply}.clone({fields}).apply'
+    params = (plan.params if plan.params is not None
+              else f'{plan.fn.state}.params')
+    variables = f"{{'params': {params}}}"
+    if plan.collections is not None:
+      variables = f"{{'params': {params}, **{plan.collections}}}"
+    args = ', '.join(self._argsrc(a) for a in plan.inputs)
+    extra = ''
+    if plan.method is not None:
+      extra += f', method={plan.method!r}'
+    if plan.rng is not None:
+      extra += f", rngs={{'dropout': {plan.rng}}}"
+    if plan.mutable is not None:
+      extra += f', mutable=[{plan.mutable!r}]'
+    return f'{apply}({variables}, {args}{extra})'
+
+  def model_apply(self, plan):
+    """ModelApply -> ``M().apply({'params': model}, x, ...)``."""
+    return cst.parse_expression(self._model_apply_src(plan))
+
+  def model_apply_assign(self, plan):
+    """ModelApplyAssign -> ``y[, new_state] = M().apply(...)``
+    (statements)."""
+    t = self._code(plan.target)
+    if plan.new_state is not None:
+      t = f'{t}, {plan.new_state}'
+    return [cst.parse_statement(f'{t} = {self._model_apply_src(plan.apply)}\n')]
+
+  def model_value(self, plan):
+    """ModelValue -> ``params``, or ``legacy_model.Model(M, params)``."""
+    if plan.carried:
+      self._import(MODEL_HELPER_IMPORT)
+      return plan.call.with_changes(
+          func=cst.parse_expression('legacy_model.Model'))
+    return plan.call.args[1].value
+
+  def model_params(self, plan):
+    """ModelParams -> the model itself (a dict of parameters)."""
+    return plan.access.value
+
+  def model_type(self, plan):
+    """ModelType -> ``legacy_model.Model`` or ``dict``."""
+    if plan.carried:
+      self._import(MODEL_HELPER_IMPORT)
+      return cst.parse_expression('legacy_model.Model')
+    return cst.Name('dict')
+
+  # -- collections and keys in program code --
+  def program_rng(self, plan):
+    """ProgramRng -> ``legacy_rng.make_rng()`` / ``is_stochastic()``
+    (flaxlegacy's plain-JAX frame, importable with FLAXLEGACY=off)."""
+    self._import(RNG_HELPER_IMPORT)
+    return cst.parse_expression(f'legacy_rng.{plan.op}()')
+
+  def stochastic_scope(self, plan):
+    """StochasticScope -> ``legacy_rng.stochastic(rng)``."""
+    self._import(RNG_HELPER_IMPORT)
+    return plan.call.with_changes(
+        func=cst.parse_expression('legacy_rng.stochastic'))
+
+  def collection_dict(self, plan):
+    """CollectionDict -> the collection itself (a dict now)."""
+    return plan.call.func.value
+
   # -- optimizers --
   def _legacy_tx_src(self, plan):
     """``legacy_optax.<rule>(...)`` source of a Transformation."""
@@ -677,6 +777,8 @@ class LinenProgramEmitter:
   def _tx_src(self, tx):
     if isinstance(tx, str):
       return tx  # a transformation made elsewhere
+    if isinstance(tx, plans.UserTransformation):
+      return self._user_tx_src(tx)
     if isinstance(tx, plans.MultiTransform):
       return self._multi_transform_src(tx)
     return self._transformation_src(tx)
@@ -691,6 +793,33 @@ class LinenProgramEmitter:
     ``legacy_optax.traversal_labels`` (the rest frozen)."""
     return cst.parse_expression(self._multi_transform_src(plan))
 
+  @staticmethod
+  def _user_tx_src(plan):
+    """The transformation of a user definition: the translated function's
+    result, or the kept class's ``as_optax()``."""
+    src = _fresh_code(plan.definition)
+    return src if plan.translated else f'{src}.as_optax()'
+
+  @staticmethod
+  def _fresh_arg(a):
+    """Source of an argument of a call as rewritten so far."""
+    star = a.star if isinstance(a.star, str) else ''
+    kw = f'{a.keyword.value}=' if a.keyword is not None else ''
+    return f'{star}{kw}{_fresh_code(a.value)}'
+
+  def per_step_user_transformation(self, plan):
+    """PerStepUserTransformation -> ``optax.inject_hyperparams(UserDef,
+    static_args=(...))(...)``."""
+    static = [repr(p) for p in plan.static]
+    static = '(' + ', '.join(static) + (',' if len(static) == 1 else '') + ')'
+    inner = [self._fresh_arg(a) for a in plan.call.args]
+    if plan.default_rate:
+      inner.append('learning_rate=0.0')  # set per step
+    self._import('import optax')
+    return cst.parse_expression(
+        f'optax.inject_hyperparams({_fresh_code(plan.call.func)}, '
+        f'static_args={static})({", ".join(inner)})')
+
   def make_train_state(self, plan):
     """MakeTrainState -> ``train_state.TrainState.create(apply_fn=,
     params=, tx=)``."""
@@ -699,7 +828,8 @@ class LinenProgramEmitter:
       self._import(MODEL_HELPER_IMPORT)
       apply = 'legacy_model.apply_model'
     else:
-      apply = plan.apply_fn if plan.apply_fn is not None else 'None'
+      apply = ('None' if plan.apply_fn is None
+               else self.apply_fn_src(plan.apply_fn))
     tx = self._tx_src(plan.tx)
     self._import('from flax.training import train_state')
     return cst.parse_expression(

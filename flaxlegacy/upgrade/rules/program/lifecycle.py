@@ -33,20 +33,15 @@ _s = shared.stmt_node
 class LifecycleRules:
   """Module life cycle: init / create, partial, call."""
 
-  def module_ctor(self, cls_expr):
-    """Source of a target module instance for a legacy class expression
-    (the emitter's spelling; for the concepts that still build source)."""
-    return self.emit.module_src(cls_expr)
-
-  def _model_apply_src(self, model_call):
-    """Source of the apply function of ``nn.Model(M, params)``: ``None``
-    for ``nn.Model(None, params)`` (a model with no module: nothing to
-    apply, a bag of parameters for an optimizer), else ``M().apply``."""
+  def _model_apply_fn(self, model_call):
+    """The apply function (plans.ApplyFn) of ``nn.Model(M, params)``: no
+    module for ``nn.Model(None, params)`` (a model with no module:
+    nothing to apply, a bag of parameters for an optimizer), else M's."""
     module = model_call.args[0].value if model_call.args else None
     if module is None or (isinstance(module, cst.Name)
                           and module.value == 'None'):
-      return 'None'
-    return self.module_ctor(module) + '.apply'
+      return plans.ApplyFn()
+    return plans.ApplyFn(module=module)
 
   def _builder_call(self, t, call):
     """``model[, state] = create_model(args)``: the model's module, from
@@ -98,7 +93,7 @@ class LifecycleRules:
     if not isinstance(target, cst.Name):
       return
     self.scope.kinds[target.value] = MODEL
-    self.scope.apply_of[target.value] = self.module_ctor(_e(expr)) + '.apply'
+    self.scope.apply_of[target.value] = plans.ApplyFn(module=_e(expr))
 
   def _init_plan(self, call):
     """The InitModel of a legacy lifecycle call, or None (with a TODO

@@ -10,40 +10,45 @@ with ``method=``; inside ``nn.stateful`` / ``nn.stochastic`` blocks with
 their variables, ``mutable`` and ``rngs``); ``nn.Model(M, params)(x)`` ->
 ``M().apply``; ``isinstance(x, nn.Model)`` -> ``dict``.
 
-A mixin of ``programs.ProgramRewriter``."""
+A mixin of ``programs.ProgramRewriter``.  A case decides a plan
+(plans.ApplyFn: which module applies a model; ModelApply /
+ModelApplyAssign: a model called, with the keywords that are fields, the
+module method, the collections, the key and the collection it writes;
+ModelValue, ModelParams, ModelType; a model called where it is made is
+the life cycle's ApplyModel) that the pass's emitter writes; the TODOs
+and report lines stay here."""
 
 import os
 import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.collectors import programs as program_facts
 from flaxlegacy.upgrade.rules import objects
-from flaxlegacy.upgrade.rules.program import shared
 from flaxlegacy.upgrade.rules.program.shared import MODEL  # pylint: disable=g-importing-member
-from flaxlegacy.upgrade.rules.program.shared import MODEL_HELPER_IMPORT  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules.program.shared import OPT  # pylint: disable=g-importing-member
 
-_e = shared.expr_node
 
 
 class ModelRules:
   """``nn.Model`` values, their calls and attributes."""
 
   def apply_fn_for(self, model_name):
-    """Source of the apply function for a model variable, or None."""
-    src = self.scope.lookup('apply_of', model_name)
-    if src:
-      return src
+    """The apply function (plans.ApplyFn) for a model variable, or None."""
+    fn = self.scope.lookup('apply_of', model_name)
+    if fn:
+      return fn
     opt = self.scope.lookup('state_of', model_name)
     if opt:
-      return f'{opt}.apply_fn'
+      return plans.ApplyFn(state=opt)
     cls = objects.model_apply_class(self.codebase, self.f.path, self._qual(),
                                     cst.Name(model_name))
     if cls is not None:
       # every model it holds is of this class (flow.py)
-      return f'{cls}().apply'
+      return plans.ApplyFn(module=cls)
     if objects.model_built_with_keywords(self.codebase, self.f.path,
                                          self._qual(), cst.Name(model_name)):
       # M.partial(k=v) bound where the model was made: M().apply here
@@ -52,8 +57,25 @@ class ModelRules:
     cls = self._model_class_expr()
     if cls is not None:
       # the one module class models are built of, bound in this file
-      return f'{cls}().apply'
+      return plans.ApplyFn(module=cls)
     return None
+
+  def _applied_class(self, fn):
+    """The source of the module class ``fn`` (an ApplyFn) applies with
+    its fields' defaults -- not a partial binding some of them, not a
+    train state's function nor a carried model -- or None."""
+    m = fn.module if not fn.carried and fn.state is None else None
+    if m is None or isinstance(m, str):
+      return m
+    if (isinstance(m, cst.Call)
+        and cst_util.dotted(m.func) == 'functools.partial'
+        and m.args and not m.args[0].keyword and not m.args[0].star):
+      # models.M.partial(...), rewritten by leave_Call
+      return None if m.args[1:] else self.ctx.code_of(m.args[0].value)
+    if (isinstance(m, cst.Call) and isinstance(m.func, cst.Attribute)
+        and m.func.attr.value == 'partial'):
+      return None if m.args else self.ctx.code_of(m.func.value)
+    return self.ctx.code_of(m)
 
   def _model_class_expr(self):
     """How this file names the model class (``M``, ``models.M``), or None."""
@@ -80,7 +102,8 @@ class ModelRules:
                                          False) for i in infos)
 
   def _model_call(self, call, updated=None):
-    """``apply`` source for a model call (a Call node), or None."""
+    """(plans.ModelApply, the innermost ``nn.stateful`` entry or None) of
+    a model call (a Call node), or None."""
     f = call.func
     method = None
     if isinstance(f, cst.Attribute) and self._module_method(f.attr.value) and (
@@ -99,12 +122,12 @@ class ModelRules:
       # between fields and __call__ at run time, as its plain calls are)
       carried = True
       model = f.value
-      self.imports.add(MODEL_HELPER_IMPORT)
-      apply = 'legacy_model.apply_model'
+      apply = plans.ApplyFn(carried=True)
     elif isinstance(f, cst.Name) and self.kind_of(f) == MODEL:
       model = f.value
       apply = self.apply_fn_for(model)
-      if apply is not None and apply == f'{self._model_class_expr()}().apply':
+      cls = None if apply is None else self._applied_class(apply)
+      if cls is not None and cls == self._model_class_expr():
         # the codebase's one model class, by convention: not if the model
         # the codebase passes here is of another class (flow.py)
         why = objects.model_call_conflict(self.codebase, self.f.path,
@@ -117,9 +140,9 @@ class ModelRules:
           return None
     elif isinstance(f, cst.Attribute) and f.attr.value == 'target' and (
         self.kind_of(f.value) == OPT):
-      model = self.ctx.code_of(f)
-      apply = f'{self.ctx.code_of(f.value)}.apply_fn'
-      model = f'{self.ctx.code_of(f.value)}.params'
+      # opt.target(x): the train state's function and parameters
+      apply = plans.ApplyFn(state=self.ctx.code_of(f.value))
+      model = None
     elif (isinstance(f, cst.Attribute) and method is None
           and objects.holds_models(self.codebase, self.f.path, self._qual(),
                                    f)):
@@ -128,7 +151,7 @@ class ModelRules:
       model = self.ctx.code_of(f)
       cls = objects.model_apply_class(self.codebase, self.f.path,
                                       self._qual(), f)
-      apply = None if cls is None else f'{cls}().apply'
+      apply = None if cls is None else plans.ApplyFn(module=cls)
     else:
       return None
     if apply is None:
@@ -138,27 +161,23 @@ class ModelRules:
       self.todo(call, 'model call: the module of this model is not known '
                 'here; apply it with module.apply')
       return None
-    variables = f"{{'params': {model}}}"
     st = self._stateful[-1] if self._stateful else None
-    if st is not None and st[0] is not None:
-      variables = f"{{'params': {model}, **{st[0]}}}"
     if updated is None or not isinstance(updated, cst.Call) or len(
         updated.args) != len(call.args):
       updated = call
     fields = set()
     info = None
-    if apply.endswith('().apply') and re.fullmatch(
-        r'[\w.]+', apply[:-len('().apply')]):
+    cls = self._applied_class(apply)
+    if cls is not None and re.fullmatch(r'[\w.]+', cls):
       # the class this model was built of (nn.Model(pkg.M, params) here)
-      info = alias_facts.root_info(self.codebase, None,
-                               apply[:-len('().apply')].split('.')[-1])
+      info = alias_facts.root_info(self.codebase, None, cls.split('.')[-1])
     if info is None and not carried:
       info = self.codebase.modules.get(self.model_class or '')
     if info is not None:
       fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
     field_args = [a for a in updated.args if a.keyword is not None
                   and a.keyword.value in fields]
-    if apply == f'{self._model_class_expr()}().apply':
+    if cls is not None and cls == self._model_class_expr():
       # the class with its fields' defaults: fine unless the program
       # builds its models with other values
       bound = set(self.codebase.partial_kwargs.get(self.model_class, ()))
@@ -174,33 +193,14 @@ class ModelRules:
         self.todo(call, f'{self.model_class}() here has its fields\' '
                   f'defaults, but the program builds it with {what}: pass '
                   'the same values (or use the TrainState\'s apply_fn)')
-    if field_args and apply.endswith('().apply'):
-      # the class itself: its fields at construction (a required field
-      # has no default for ``M()`` to clone from)
-      apply = (f"{apply[:-len('().apply')]}("
-               f"{', '.join(self._argsrc(a) for a in field_args)}).apply")
-    elif field_args:
-      if not apply.endswith('.apply'):
-        # apply_fn is a bound ``module.apply``: its module, with the
-        # fields this call sets
-        apply = apply + '.__self__'
-      else:
-        apply = apply[:-len('.apply')]
-      apply = (f"{apply}.clone({', '.join(self._argsrc(a) for a in field_args)})"
-               '.apply')
-    args = ', '.join(self._argsrc(a) for a in updated.args
-                     if a not in field_args)
-    extra = ''
-    if method is not None:
-      extra += f', method={method!r}'
-    if self._stochastic:
-      extra += f", rngs={{'dropout': {self._stochastic[-1]}}}"
-      for h in [self._stochastic]:
-        pass
+    rng = self._stochastic[-1] if self._stochastic else None
     mutable = st is not None and st[2] and st[1] is not None
-    if mutable:
-      extra += f", mutable=[{st[4]!r}]"
-    return apply, variables, args, extra, mutable, st
+    return plans.ModelApply(
+        fn=apply, params=model,
+        inputs=tuple(a for a in updated.args if a not in field_args),
+        fields=tuple(field_args), method=method,
+        collections=st[0] if st is not None else None, rng=rng,
+        mutable=st[4] if mutable else None), st
 
   def _inline_model_call(self, original, updated):
     """``nn.Model(M, params)(x)`` -> ``M().apply({'params': params}, x)``
@@ -227,14 +227,12 @@ class ModelRules:
                 "port by hand to M().apply({'params': params}, ...)")
       return updated
     new_inner = updated.func
-    params = (new_inner.args[1].value if isinstance(new_inner, cst.Call)
-              and len(new_inner.args) == 2 else inner.args[1].value)
-    ctor = self.module_ctor(new_inner.args[0].value if isinstance(
-        new_inner, cst.Call) and len(new_inner.args) == 2 else module)
-    args = ', '.join(self._argsrc(a) for a in updated.args)
+    rewritten = isinstance(new_inner, cst.Call) and len(new_inner.args) == 2
     self.note(original, 'nn.Model(M, params)(...) -> M().apply')
-    return _e(f"{ctor}.apply({{'params': {self.ctx.code_of(params)}}}"
-              f"{', ' + args if args else ''})")
+    return self.emit.apply_model(plans.ApplyModel(
+        new_inner.args[0].value if rewritten else module,
+        new_inner.args[1].value if rewritten else inner.args[1].value,
+        tuple(updated.args)))
 
   def _call_model(self, original_node, updated_node):
     """A model call ``model(x)`` in expression position (not an
@@ -242,7 +240,8 @@ class ModelRules:
     # model(x) in expression position (not an assignment handled above)
     r = self._model_call(original_node, updated_node)
     if r is not None:
-      apply, variables, args, extra, mutable, st = r
+      plan, st = r
+      mutable = plan.mutable is not None
       if mutable and id(original_node) in self._assign_values:
         return updated_node  # leave_SimpleStatementLine threads the state
       if mutable:
@@ -253,7 +252,7 @@ class ModelRules:
         st[3] = True
       self.note(original_node, 'model call -> apply')
       self._rewritten_calls.add(id(original_node))
-      return _e(f'{apply}({variables}, {args}{extra})')
+      return self.emit.model_apply(plan)
     return None
 
   def _call_isinstance(self, original_node, updated_node):
@@ -273,11 +272,8 @@ class ModelRules:
                     'port by hand')
           return updated_node
         args = list(updated_node.args)
-        if is_carried:
-          self.imports.add(MODEL_HELPER_IMPORT)
-          args[1] = args[1].with_changes(value=_e('legacy_model.Model'))
-        else:
-          args[1] = args[1].with_changes(value=cst.Name('dict'))
+        args[1] = args[1].with_changes(value=self.emit.model_type(
+            plans.ModelType(carried=bool(is_carried))))
         return updated_node.with_changes(args=args)
     return None
 
@@ -306,10 +302,10 @@ class ModelRules:
           self.todo(original_node, 'nn.Model(...) with keywords: port by '
                     'hand to legacy_model.Model(module, params)')
           return updated_node
-        self.imports.add(MODEL_HELPER_IMPORT)
         self.note(original_node, 'nn.Model(M, params) -> legacy_model.Model '
                   '(it carries its module)')
-        return updated_node.with_changes(func=_e('legacy_model.Model'))
+        return self.emit.model_value(plans.ModelValue(updated_node,
+                                                      carried=True))
       reach = objects.model_reach(self.codebase, self.f.path, original_node,
                                   self.model_class)
       if reach and self._known_module(original_node.args[0].value):
@@ -328,11 +324,11 @@ class ModelRules:
                   'cannot become M().apply(params, ...); port by hand')
         return updated_node
       self.note(original_node, 'nn.Model(M, params) -> params')
-      return updated_node.args[1].value
+      return self.emit.model_value(plans.ModelValue(updated_node))
     return None
 
   def _attr_params(self, original_node, updated_node, k):
     """``model.params`` -> ``model`` (a model is its parameters now)."""
     if k == MODEL:
-      return updated_node.value
+      return self.emit.model_params(plans.ModelParams(updated_node))
     return updated_node

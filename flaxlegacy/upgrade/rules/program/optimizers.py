@@ -51,8 +51,9 @@ class OptimizerRules:
   def _create(self, node, opt_call, name, tx=None):
     """The train state ``definition.create(target)`` makes
     (plans.MakeTrainState), or None (a TODO where it is not certain).
-    ``tx``: the source of a transformation made elsewhere, or None for
-    the definition ``opt_call`` (``optim.<name>(...)``)."""
+    ``tx``: the source of a transformation made elsewhere, a user
+    definition's (plans.UserTransformation), or None for the definition
+    ``opt_call`` (``optim.<name>(...)``)."""
     if not node.args:
       return None
     why = objects.optimizer_kept(self.codebase,
@@ -110,12 +111,6 @@ class OptimizerRules:
       return self._legacy_tx(node, opt_call, name, MOMENTUM_WITH_DECAY)
     return plans.Transformation(name, tuple(kw.items()), per_step=per_step,
                                 decay=decay)
-
-  def _argsrc_new(self, a):
-    """Source of an argument of an updated (rewritten) call."""
-    star = a.star if isinstance(a.star, str) else ''
-    kw = f'{a.keyword.value}=' if a.keyword is not None else ''
-    return f'{star}{kw}{cst.Module([]).code_for_node(a.value)}'
 
   def _traversal(self, original, updated):
     """``optim.ModelParamTraversal(f)`` -> ``f``: the filter itself, which

@@ -11,6 +11,7 @@ it is translated) and assignments (what each assigned call makes).
 
 import libcst as cst
 
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors import optimizer_defs as optdef_facts
 from flaxlegacy.upgrade.collectors.programs import LIFECYCLE  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.collectors.programs import TX_RULES  # pylint: disable=g-importing-member
@@ -29,7 +30,7 @@ class Scope:
   def __init__(self, parent=None):
     self.parent = parent
     self.kinds = {}
-    self.apply_of = {}  # model name -> source of an apply function
+    self.apply_of = {}  # model name -> its apply function (plans.ApplyFn)
     self.state_of = {}  # model name -> optimizer name it came from
     self.optdefs = {}  # name -> legacy optimizer class (value now optax)
     self.modvars = set()  # names bound to X.partial(...) of a legacy module
@@ -230,7 +231,7 @@ class ScopeRules:
           self.scope.state_of[t.value] = self.ctx.code_of(v.value)
       if isinstance(v, cst.Call) and self.is_nn(v.func, 'Model'):
         self.scope.kinds[t.value] = MODEL
-        self.scope.apply_of[t.value] = self._model_apply_src(v)
+        self.scope.apply_of[t.value] = self._model_apply_fn(v)
     if isinstance(v, cst.Call):
       self._builder_call(t, v)
     if isinstance(t, (cst.Tuple, cst.List)) and isinstance(v, cst.Call):
@@ -241,8 +242,7 @@ class ScopeRules:
           not lifecycle_runtime.runtime_lifecycle(self, v)):
         if len(names) == 2 and names[1]:
           self.scope.kinds[names[1]] = MODEL
-          self.scope.apply_of[names[1]] = self.module_ctor(fn.value
-                                                           ) + '.apply'
+          self.scope.apply_of[names[1]] = plans.ApplyFn(module=fn.value)
       if isinstance(fn, cst.Attribute) and fn.attr.value == 'optimize' and (
           self.kind_of(fn.value) == OPT) and names and names[0]:
         self.scope.kinds[names[0]] = OPT

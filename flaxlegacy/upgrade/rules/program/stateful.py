@@ -14,17 +14,19 @@ the same way for the ``'cache'`` collection; ``with nn.stochastic(rng):``
 A mixin of ``programs.ProgramRewriter``: the ``with`` hooks keep the stacks
 ``self._stateful`` (``[state source or None, target, mutable, used,
 collection, runtime]``) and ``self._stochastic`` that the model calls
-(models.py) and inits (lifecycle.py) read."""
+(models.py) and inits (lifecycle.py) read.  A case decides a plan
+(plans.ModelApplyAssign: a model call assigned, its written collection
+threaded to the block's target; StochasticScope, ProgramRng,
+CollectionDict) that the pass's emitter writes; the TODOs and report
+lines stay here."""
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules import attention_cache
 from flaxlegacy.upgrade.rules import lifecycle_runtime
-from flaxlegacy.upgrade.rules.program import shared
 
-_e = shared.expr_node
-_s = shared.stmt_node
 
 
 class CollectionRules:
@@ -65,12 +67,10 @@ class CollectionRules:
         handled.append(self._stateful.pop())
       elif isinstance(call, cst.Call) and self.is_nn(call.func, 'stochastic'):
         self._stochastic.pop()
-        # Kept as a plain-JAX block, for the keys program code draws with
-        # nn.make_rng() (flaxlegacy.migrate.upgraded).
-        self.imports.add('from flaxlegacy.migrate import upgraded as '
-                         'legacy_rng')
-        items.append(new_item.with_changes(item=new_item.item.with_changes(
-            func=_e('legacy_rng.stochastic'))))
+        # Kept as a block, for the keys program code draws with
+        # nn.make_rng()
+        items.append(new_item.with_changes(item=self.emit.stochastic_scope(
+            plans.StochasticScope(new_item.item))))
       else:
         items.append(new_item)
     if not handled:
@@ -104,22 +104,17 @@ class CollectionRules:
     r = self._model_call(ov, stmt.value)
     if r is None:
       return None
-    apply, variables, args, extra, mutable, st = r
-    if self._stochastic:
-      self._mark_stochastic()
-    src = f'{apply}({variables}, {args}{extra})'
-    t = self.ctx.code_of(stmt.targets[0].target)
-    if mutable:
+    plan, st = r
+    t = stmt.targets[0].target
+    if plan.mutable is not None:
       st[3] = True
       self.note(line, 'model call in nn.stateful -> apply, mutable')
-      return [_s(f'{t}, {st[1]} = {src}\n')]
+      return self.emit.model_apply_assign(plans.ModelApplyAssign(
+          plan, t, new_state=st[1]))
     if st is not None:
       st[3] = True
     self.note(line, 'model call -> apply')
-    return [_s(f'{t} = {src}\n')]
-
-  def _mark_stochastic(self):
-    pass
+    return self.emit.model_apply_assign(plans.ModelApplyAssign(plan, t))
 
   def _call_cache_init(self, original_node, updated_node):
     """The init of a legacy attention cache (rules/attention_cache.py)."""
@@ -130,11 +125,9 @@ class CollectionRules:
     f = original_node.func
     if not original_node.args and (self.is_nn(f, 'make_rng')
                                    or self.is_nn(f, 'is_stochastic')):
-      self.imports.add('from flaxlegacy.migrate import upgraded as '
-                       'legacy_rng')
       self.note(original_node, f'nn.{f.attr.value}() in program code -> '
                 'legacy_rng')
-      return _e(f'legacy_rng.{f.attr.value}()')
+      return self.emit.program_rng(plans.ProgramRng(f.attr.value))
     return None
 
   def _call_as_dict(self, original_node, updated_node):
@@ -144,5 +137,5 @@ class CollectionRules:
     if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
         and not original_node.args and self._holds_collection(f.value)):
       self.note(original_node, 'nn.Collection.as_dict() -> the dict')
-      return updated_node.func.value
+      return self.emit.collection_dict(plans.CollectionDict(updated_node))
     return None

@@ -7,18 +7,21 @@ the learning rate is set per step); one kept stays (with a TODO) and its
 ``create`` uses ``as_optax()``.  Here: finding the definition a call
 names, in this file or an imported one, and its plan.
 
-A mixin of ``programs.ProgramRewriter``."""
+A mixin of ``programs.ProgramRewriter``.  A case decides a plan
+(plans.UserTransformation, the ``tx`` of the MakeTrainState the optimizers'
+``_create`` decides; PerStepUserTransformation) that the pass's emitter
+writes; the TODOs and report lines stay here.  (``optdef_facts.Plan`` is
+the collectors' reading of a definition's class, not an emitter's plan.)"""
 
 import os
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors import optimizer_defs as optdef_facts
 from flaxlegacy.upgrade.collectors import programs as program_facts
-from flaxlegacy.upgrade.rules.program import shared
 
-_e = shared.expr_node
 
 
 class UserOptimizerRules:
@@ -109,16 +112,11 @@ class UserOptimizerRules:
     given = len(pos) > plan.params.index('learning_rate') or any(
         a.keyword is not None and a.keyword.value == 'learning_rate'
         for a in args)
-    static = [repr(p) for p in plan.params if p != 'learning_rate']
-    static = '(' + ', '.join(static) + (',' if len(static) == 1 else '') + ')'
-    inner = [self._argsrc_new(a) for a in args]
-    if not given:
-      inner.append('learning_rate=0.0')  # set per step
-    self.imports.add('import optax')
     self.note(original, f'{plan.name}(...) -> optax.inject_hyperparams')
-    func = cst.Module([]).code_for_node(updated.func)
-    return _e(f'optax.inject_hyperparams({func}, static_args={static})'
-              f'({", ".join(inner)})')
+    return self.emit.per_step_user_transformation(
+        plans.PerStepUserTransformation(
+            updated, tuple(p for p in plan.params if p != 'learning_rate'),
+            default_rate=not given))
 
   def _call_user_optimizer(self, original_node, updated_node):
     """``UserDef(...).create(target)`` / ``user_def.create(target)``; a
@@ -129,17 +127,15 @@ class UserOptimizerRules:
     # as_optax()
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         self._user_optdef(f.value)):
-      tx = cst.Module([]).code_for_node(updated_node.func.value)
-      if not self._translated(f.value):
-        tx = f'{tx}.as_optax()'
+      tx = plans.UserTransformation(updated_node.func.value, translated=bool(
+          self._translated(f.value)))
       return self._create(original_node, None, 'Optimizer',
                           tx=tx) or updated_node
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         isinstance(f.value, cst.Name)) and self.scope.lookup(
             'user_defs', f.value.value):
-      tx = f.value.value
-      if self.scope.lookup('user_defs', f.value.value) != 'translated':
-        tx = f'{tx}.as_optax()'
+      tx = plans.UserTransformation(f.value, translated=self.scope.lookup(
+          'user_defs', f.value.value) == 'translated')
       return self._create(original_node, None, 'Optimizer',
                           tx=tx) or updated_node
     # UserDef(...) of a translated definition, where the learning rate is
