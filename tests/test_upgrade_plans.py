@@ -33,8 +33,8 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'make_train_state', 'traversal_object', 'dynamic_scale',
                'model_apply', 'model_value', 'model_params', 'model_type',
                'program_rng', 'stochastic_scope', 'collection_dict',
-               'per_step_user_transformation')
-STATEMENTS = ('field', 'init_any_module')
+               'per_step_user_transformation', 'runtime_stateful')
+STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
 # source the concepts not split yet still splice into their own text:
@@ -667,4 +667,66 @@ def test_program_user_optimizers_are_plans(monkeypatch):
   body = marked.split('def main')[1]
   for linen_text in ('optax', 'as_optax', 'static_args', 'TrainState'):
     assert linen_text not in body, linen_text
+  assert _put_back(marked, log) == plain
+
+
+RUNTIME = '''\
+from flax import nn
+
+
+class Wide(nn.Module):
+
+  def apply(self, x, width, train=True):
+    return nn.Dense(x, width)
+
+
+class Normed(nn.Module):
+
+  def apply(self, x, momentum=0.9, train=True):
+    x = nn.BatchNorm(x, use_running_average=not train, momentum=momentum)
+    return nn.Dense(x, 3)
+
+
+REGISTRY = {'wide': Wide.partial(width=4), 'normed': Normed}
+
+
+def make(name, rng, x):
+  module_def = REGISTRY[name]
+  _, params = module_def.init(rng, x, train=False)
+  with nn.stateful() as state:
+    _, model = module_def.create(rng, x)
+  with nn.stateful(state) as new_state:
+    y = model(x)
+  out = model.module.call(model.params, x)
+  return params, y, out, new_state
+'''
+
+
+def test_program_runtime_lifecycle_is_plans(monkeypatch):
+  plain, _ = api.upgrade_source(RUNTIME)
+  new, log = _upgrade(monkeypatch, RUNTIME, marker=False)
+  assert new == plain
+  # module_def holds one of two classes of different fields: which
+  # keywords are fields only the run can tell
+  init, create = _plans(log, 'runtime_lifecycle')
+  assert isinstance(init, plans.RuntimeLifecycle)
+  assert (init.op, _code(init.module), _code(init.target)) == (
+      'init', 'module_def', '_, params')
+  assert [_code(a).rstrip(',') for a in init.args] == [
+      'rng', 'x', 'train=False']
+  assert (create.op, _code(create.target)) == ('create', '_, model')
+  (scope,) = _plans(log, 'runtime_stateful')
+  assert _code(scope.call) == 'nn.stateful()'
+  # the model it made carries its module: applied as it is, in the next
+  # block, with that block's collections
+  (assign,) = _plans(log, 'model_apply_assign')
+  assert assign.apply.fn.carried and assign.apply.params == 'model'
+  assert (assign.apply.collections, assign.apply.mutable,
+          assign.new_state) == ('state', 'batch_stats', 'new_state')
+  # m.module.call: the life cycle's ModuleFunction of m.module
+  (fn,) = _plans(log, 'module_function')
+  assert _code(fn.module) == 'model.module'
+  marked, log = _upgrade(monkeypatch, RUNTIME, marker=True)
+  body = marked.split('def make')[1]
+  assert 'legacy_model' not in body and '.apply' not in body
   assert _put_back(marked, log) == plain

@@ -635,3 +635,29 @@ class PerStepUserTransformation:
   call: Any
   static: Tuple[str, ...]
   default_rate: bool = False
+
+
+# -- the life cycle of modules known at run time (rules/lifecycle_runtime.py) --
+
+
+@_plan
+class RuntimeLifecycle:
+  """``target = X.<op>(rng, ...)`` (``op``: 'create', 'create_by_shape',
+  'init' or 'init_by_shape') of a value X that holds one of several
+  legacy module classes, known only when the code runs: carried to run
+  time, which class deciding which keywords are fields.  ``module``: X,
+  ``args``: the call's arguments (Args), ``target``: each as written."""
+  op: str
+  module: Any
+  args: Tuple[Any, ...]
+  target: Any
+
+
+@_plan
+class RuntimeStateful:
+  """``with nn.stateful(...) as s:`` (``call``, the ``nn.stateful(...)``
+  call as rewritten so far) around models that carry their modules:
+  kept as a scope those models apply in at run time, with its
+  collections, writing back what they change (``s``: the dict of
+  collections)."""
+  call: Any

@@ -401,6 +401,14 @@ def _fresh_code(node):
 # flaxlegacy's model helpers (a model that carries its module, a module
 # known at run time), imported beside upgraded code under this name
 MODEL_HELPER_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_model'
+# the run-time life cycle of a module class known only when the code runs
+# (plans.RuntimeLifecycle): legacy_model's function for each legacy call
+RUNTIME_LIFECYCLE = {
+    'create': 'create_module',
+    'create_by_shape': 'create_module_by_shape',
+    'init': 'init_module',
+    'init_by_shape': 'init_module_by_shape',
+}
 # the legacy key frame of program code (nn.stochastic, nn.make_rng)
 RNG_HELPER_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_rng'
 
@@ -581,6 +589,20 @@ class LinenProgramEmitter:
     return cst.parse_statement(
         f'{self._code(plan.target)} = legacy_model.init_module('
         f'{self._code(plan.module)}, {args})\n')
+
+  def runtime_lifecycle(self, plan):
+    """RuntimeLifecycle -> ``t = legacy_model.<helper>(X, args...)``."""
+    self._import(MODEL_HELPER_IMPORT)
+    args = ', '.join(self._argsrc(a) for a in plan.args)
+    return cst.parse_statement(
+        f'{self._code(plan.target)} = legacy_model.'
+        f'{RUNTIME_LIFECYCLE[plan.op]}({self._code(plan.module)}, {args})\n')
+
+  def runtime_stateful(self, plan):
+    """RuntimeStateful -> ``legacy_model.stateful(...)``."""
+    self._import(MODEL_HELPER_IMPORT)
+    return plan.call.with_changes(
+        func=cst.parse_expression('legacy_model.stateful'))
 
   def module_partial(self, plan):
     """ModulePartial -> ``functools.partial(M, ...)``."""

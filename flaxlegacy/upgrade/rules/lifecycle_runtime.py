@@ -29,19 +29,23 @@ upgraded.py, shipped as ``legacy_helpers``):
 Certainty: X must hold user legacy module classes only (flow.py: at least
 two, each one the upgrade converts, of different parameters; no value the
 source does not show).  Anything else keeps the program rules' TODO.
+
+The cases decide plans (plans.RuntimeLifecycle, RuntimeStateful;
+``m.module.call`` is the life cycle's ModuleFunction) that the program
+pass's emitter (``rw.emit``) writes; the TODOs and report lines stay
+here.
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade.emit.linen import RUNTIME_LIFECYCLE  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import objects
 
-LIFECYCLE_HELPERS = {
-    'create': 'create_module',
-    'create_by_shape': 'create_module_by_shape',
-    'init': 'init_module',
-    'init_by_shape': 'init_module_by_shape',
-}
+# the legacy life cycle calls carried to run time
+LIFECYCLE_OPS = frozenset(('create', 'create_by_shape', 'init',
+                           'init_by_shape'))
 # index of the runtime flag in a programs.py ``_stateful`` entry
 RUNTIME = 5
 
@@ -59,9 +63,9 @@ def runtime_module(rw, expr, attr=None):
 
 def lifecycle_assign(rw, orig_call, new_call, target):
   """``target = X.<life cycle>(rng, ...)`` with a pair target and X known
-  only at run time: the statement source, or None."""
+  only at run time: its plans.RuntimeLifecycle, or None."""
   f = orig_call.func
-  if not (isinstance(f, cst.Attribute) and f.attr.value in LIFECYCLE_HELPERS
+  if not (isinstance(f, cst.Attribute) and f.attr.value in LIFECYCLE_OPS
           and isinstance(target, (cst.Tuple, cst.List))
           and len(target.elements) == 2 and orig_call.args
           and orig_call.args[0].keyword is None
@@ -79,13 +83,11 @@ def lifecycle_assign(rw, orig_call, new_call, target):
     return None
   call = new_call if (isinstance(new_call, cst.Call) and len(
       new_call.args) == len(orig_call.args)) else orig_call
-  helper = LIFECYCLE_HELPERS[f.attr.value]
-  args = ', '.join(rw._argsrc(a) for a in call.args)  # pylint: disable=protected-access
-  x = rw.ctx.code_of(f.value)
   mark_runtime(rw)
   rw.note(orig_call, f'X.{f.attr.value}(...) of module classes known at run '
-          f'time -> legacy_model.{helper}')
-  return f'{rw.ctx.code_of(target)} = legacy_model.{helper}({x}, {args})\n'
+          f'time -> legacy_model.{RUNTIME_LIFECYCLE[f.attr.value]}')
+  return plans.RuntimeLifecycle(f.attr.value, f.value, tuple(call.args),
+                                target)
 
 
 def mark_runtime(rw):
@@ -134,11 +136,10 @@ def runtime_block(rw, original_node, updated_node, handled, kept_items,
   items = []
   for item, new_item in zip(original_node.items, updated_node.items):
     if is_stateful(item):
-      items.append(new_item.with_changes(item=new_item.item.with_changes(
-          func=cst.parse_expression('legacy_model.stateful'))))
+      items.append(new_item.with_changes(item=rw.emit.runtime_stateful(
+          plans.RuntimeStateful(new_item.item))))
     else:
       items.append(next(rest))
-  rw.imports.add('from flaxlegacy.migrate import upgraded as legacy_model')
   rw.note(original_node, 'nn.stateful around models carried to run time -> '
           'legacy_model.stateful')
   return updated_node.with_changes(items=clean(items))
@@ -163,8 +164,6 @@ def module_call(rw, original, updated):
   if not (original.attr.value == 'call' and isinstance(inner, cst.Attribute)
           and inner.attr.value == 'module' and _carried(rw, inner.value)):
     return None
-  rw.imports.add('from flaxlegacy.migrate import upgraded as legacy_model')
   rw.note(original, 'model.module.call of a model that carries its module '
           '-> legacy_model.module_call')
-  return cst.Call(func=cst.parse_expression('legacy_model.module_call'),
-                  args=[cst.Arg(value=updated.value)])
+  return rw.emit.module_function(plans.ModuleFunction(updated.value))

@@ -23,11 +23,9 @@ from flaxlegacy.upgrade.rules import lifecycle_runtime
 from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules.program import shared
 from flaxlegacy.upgrade.rules.program.shared import MODEL  # pylint: disable=g-importing-member
-from flaxlegacy.upgrade.rules.program.shared import MODEL_HELPER_IMPORT  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules.program.shared import NEXT  # pylint: disable=g-importing-member
 
 _e = shared.expr_node
-_s = shared.stmt_node
 
 
 class LifecycleRules:
@@ -186,8 +184,7 @@ class LifecycleRules:
     ov = orig.value
     runtime = lifecycle_runtime.lifecycle_assign(self, ov, v, t)
     if runtime is not None:
-      self.imports.add(MODEL_HELPER_IMPORT)
-      return [_s(runtime)]
+      return [self.emit.runtime_lifecycle(runtime)]
     return NEXT
 
   def _assign_unknown_pair(self, orig, stmt, line):
