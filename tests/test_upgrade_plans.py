@@ -730,3 +730,44 @@ def test_program_runtime_lifecycle_is_plans(monkeypatch):
   body = marked.split('def make')[1]
   assert 'legacy_model' not in body and '.apply' not in body
   assert _put_back(marked, log) == plain
+
+
+CACHE = '''\
+import jax.numpy as jnp
+from flax import nn
+
+
+class LM(nn.Module):
+
+  def apply(self, x, cache=None):
+    return nn.SelfAttention(x, num_heads=1, causal_mask=True, cache=cache)
+
+
+def make(rng, x):
+  with nn.attention.Cache().mutate() as cache_def:
+    _, model = LM.create_by_shape(rng, [((1, 4, 2), jnp.float32)],
+                                  cache=cache_def)
+  cache = cache_def.initialize_cache((1, 4))
+  with cache.mutate() as new_cache:
+    y = model(x[:, :1], cache=new_cache)
+  return y, new_cache
+'''
+
+
+def test_program_cache_argument_is_decided_in_the_plan(monkeypatch):
+  # the legacy attention cache a model gets is the rule's decision (the
+  # module decodes): the plans hold True for it, the emitter only prints
+  plain, _ = api.upgrade_source(CACHE)
+  new, log = _upgrade(monkeypatch, CACHE, marker=False)
+  assert new == plain
+  (init,) = _plans(log, 'model_init')
+  assert [_code(a) for a in init.init.fields] == ['cache=True']
+  assert init.collections_to == 'cache_def' and init.only == 'cache'
+  (assign,) = _plans(log, 'model_apply_assign')
+  call = assign.apply
+  assert [_code(a) for a in call.fields] == ['cache=True']
+  assert (call.collections, call.mutable, assign.new_state) == (
+      'cache', 'cache', 'new_cache')
+  marked, log = _upgrade(monkeypatch, CACHE, marker=True)
+  assert 'cache=True' not in marked
+  assert _put_back(marked, log) == plain

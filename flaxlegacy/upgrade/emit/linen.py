@@ -489,9 +489,10 @@ class LinenProgramEmitter:
 
   # -- the model life cycle --
   def _argsrc(self, a):
-    # an argument as the pass prints it (values.py: an attention cache's
-    # target is the decoding flag)
-    return self._rw()._argsrc(a)  # pylint: disable=protected-access
+    """An argument's source, as the file prints it."""
+    star = a.star if isinstance(a.star, str) else ''
+    kw = f'{a.keyword.value}=' if a.keyword is not None else ''
+    return f'{star}{kw}{self._code(a.value)}'
 
   def module_src(self, cls_expr):
     """Source of a linen module instance for a legacy module expression

@@ -86,8 +86,8 @@ def lifecycle_assign(rw, orig_call, new_call, target):
   mark_runtime(rw)
   rw.note(orig_call, f'X.{f.attr.value}(...) of module classes known at run '
           f'time -> legacy_model.{RUNTIME_LIFECYCLE[f.attr.value]}')
-  return plans.RuntimeLifecycle(f.attr.value, f.value, tuple(call.args),
-                                target)
+  return plans.RuntimeLifecycle(f.attr.value, f.value,
+                                rw._decoded(call.args), target)  # pylint: disable=protected-access
 
 
 def mark_runtime(rw):

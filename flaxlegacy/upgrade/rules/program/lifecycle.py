@@ -39,7 +39,7 @@ class LifecycleRules:
     if module is None or (isinstance(module, cst.Name)
                           and module.value == 'None'):
       return plans.ApplyFn()
-    return plans.ApplyFn(module=module)
+    return plans.ApplyFn(module=self._decoded_module(module))
 
   def _builder_call(self, t, call):
     """``model[, state] = create_model(args)``: the model's module, from
@@ -91,7 +91,8 @@ class LifecycleRules:
     if not isinstance(target, cst.Name):
       return
     self.scope.kinds[target.value] = MODEL
-    self.scope.apply_of[target.value] = plans.ApplyFn(module=_e(expr))
+    self.scope.apply_of[target.value] = plans.ApplyFn(
+        module=self._decoded_module(_e(expr)))
 
   def _init_plan(self, call):
     """The InitModel of a legacy lifecycle call, or None (with a TODO
@@ -154,10 +155,10 @@ class LifecycleRules:
         inputs.append(a)
     kw = [a for a in rest if a.keyword is not None and a not in field_kw]
     return plans.InitModel(
-        module=call.func.value, rng=args[0].value,
-        shapes=None if specs is None else tuple(specs), inputs=tuple(inputs),
-        positional_fields=tuple(field_pos), fields=tuple(field_kw),
-        kwargs=tuple(kw))
+        module=self._decoded_module(call.func.value), rng=args[0].value,
+        shapes=None if specs is None else tuple(specs),
+        inputs=self._decoded(inputs), positional_fields=tuple(field_pos),
+        fields=self._decoded(field_kw), kwargs=self._decoded(kw))
 
   def _lifecycle_statement(self, orig, stmt, updated_node):
     """``M.init_by_shape(rng, specs)`` as a statement of its own (NEXT
@@ -214,7 +215,7 @@ class LifecycleRules:
         self.note(line, 'X.init(rng, ...) of module classes known at run '
                   'time -> legacy_model.init_module')
         return [self.emit.init_any_module(plans.InitAnyModule(
-            t, ov.func.value, tuple(args)))]
+            t, ov.func.value, self._decoded(args)))]
       # otherwise left, never silently
       self.todo(ov, f'{self.ctx.code_of(ov.func)}(...) with a pair target: '
                 'legacy module life cycle on a value not known here to hold '
@@ -301,8 +302,8 @@ class LifecycleRules:
         return updated_node
       self.note(original_node, 'M.call(params, ...) -> M().apply')
       return self.emit.apply_model(plans.ApplyModel(
-          f.value, original_node.args[0].value,
-          tuple(original_node.args[1:])))
+          self._decoded_module(f.value), original_node.args[0].value,
+          self._decoded(original_node.args[1:])))
     return None
 
   def _attr_module_call(self, original_node, updated_node, k):

@@ -197,8 +197,8 @@ class ModelRules:
     mutable = st is not None and st[2] and st[1] is not None
     return plans.ModelApply(
         fn=apply, params=model,
-        inputs=tuple(a for a in updated.args if a not in field_args),
-        fields=tuple(field_args), method=method,
+        inputs=self._decoded(a for a in updated.args if a not in field_args),
+        fields=self._decoded(field_args), method=method,
         collections=st[0] if st is not None else None, rng=rng,
         mutable=st[4] if mutable else None), st
 
@@ -230,9 +230,10 @@ class ModelRules:
     rewritten = isinstance(new_inner, cst.Call) and len(new_inner.args) == 2
     self.note(original, 'nn.Model(M, params)(...) -> M().apply')
     return self.emit.apply_model(plans.ApplyModel(
-        new_inner.args[0].value if rewritten else module,
+        self._decoded_module(new_inner.args[0].value if rewritten
+                             else module),
         new_inner.args[1].value if rewritten else inner.args[1].value,
-        tuple(updated.args)))
+        self._decoded(updated.args)))
 
   def _call_model(self, original_node, updated_node):
     """A model call ``model(x)`` in expression position (not an

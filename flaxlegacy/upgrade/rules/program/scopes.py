@@ -242,7 +242,8 @@ class ScopeRules:
           not lifecycle_runtime.runtime_lifecycle(self, v)):
         if len(names) == 2 and names[1]:
           self.scope.kinds[names[1]] = MODEL
-          self.scope.apply_of[names[1]] = plans.ApplyFn(module=fn.value)
+          self.scope.apply_of[names[1]] = plans.ApplyFn(
+              module=self._decoded_module(fn.value))
       if isinstance(fn, cst.Attribute) and fn.attr.value == 'optimize' and (
           self.kind_of(fn.value) == OPT) and names and names[0]:
         self.scope.kinds[names[0]] = OPT

@@ -20,14 +20,28 @@ from flaxlegacy.upgrade.rules.program.shared import OPT  # pylint: disable=g-imp
 class ValueQueries:
   """What names and expressions hold (the pass's shared helpers)."""
 
-  def _argsrc(self, a):
-    star = a.star if isinstance(a.star, str) else ''
-    kw = f'{a.keyword.value}=' if a.keyword is not None else ''
-    if not star and self._cache_target(a.value):
-      # the legacy cache a model gets: the module decodes (its 'cache'
-      # collection goes in the variables; rules/attention_cache.py)
-      return f'{kw}True'
-    return f'{star}{kw}{self.ctx.code_of(a.value)}'
+  def _decoded(self, args):
+    """``args`` (Args, for a plan) with the legacy cache a model gets --
+    the target of an enclosing cache ``mutate()`` block -- given as
+    ``True``: the module decodes (its 'cache' collection goes in the
+    variables; rules/attention_cache.py)."""
+    if not any(st[4] == attention_cache.COLLECTION for st in self._stateful):
+      return tuple(args)
+    return tuple(
+        a.with_changes(value=cst.Name('True'))
+        if not (isinstance(a.star, str) and a.star)
+        and self._cache_target(a.value) else a for a in args)
+
+  def _decoded_module(self, expr):
+    """A module expression (for a plan) whose partial's arguments are
+    ``_decoded``."""
+    if not (isinstance(expr, cst.Call) and any(
+        st[4] == attention_cache.COLLECTION for st in self._stateful)):
+      return expr
+    args = self._decoded(expr.args)
+    if all(a is b for a, b in zip(args, expr.args)):
+      return expr
+    return expr.with_changes(args=args)
 
   def _cache_target(self, expr):
     """``expr`` names the target of an enclosing cache ``mutate()``
