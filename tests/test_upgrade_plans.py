@@ -33,7 +33,8 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'make_train_state', 'traversal_object', 'dynamic_scale',
                'model_apply', 'model_value', 'model_params', 'model_type',
                'program_rng', 'stochastic_scope', 'collection_dict',
-               'per_step_user_transformation', 'runtime_stateful')
+               'per_step_user_transformation', 'runtime_stateful',
+               'legacy_type', 'initialize_cache')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -768,6 +769,45 @@ def test_program_cache_argument_is_decided_in_the_plan(monkeypatch):
   assert [_code(a) for a in call.fields] == ['cache=True']
   assert (call.collections, call.mutable, assign.new_state) == (
       'cache', 'cache', 'new_cache')
+  # the cache the init stored, made for the decoding shape
+  (made,) = _plans(log, 'initialize_cache')
+  assert _code(made.cache) == 'cache_def'
+  assert [_code(a) for a in made.args] == ['(1, 4)']
   marked, log = _upgrade(monkeypatch, CACHE, marker=True)
   assert 'cache=True' not in marked
+  assert 'legacy_initialize_cache(' not in marked
+  assert _put_back(marked, log) == plain
+
+
+TYPES = '''\
+from typing import Callable
+
+from flax import nn, optim, struct
+
+
+@struct.dataclass
+class State:
+  optimizer: optim.Optimizer
+  scale: optim.DynamicScale
+  model_state: nn.Collection
+
+
+Loss = Callable[[nn.Model], float]
+
+
+def evaluate(model: nn.Model, state: State) -> float:
+  return 0.0
+'''
+
+
+def test_program_types_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(TYPES)
+  new, log = _upgrade(monkeypatch, TYPES, marker=False)
+  assert new == plain
+  # the fields of a flax.struct container, a typing alias, annotations
+  assert [p.what for p in _plans(log, 'legacy_type')] == [
+      'Optimizer', 'DynamicScale', 'Collection', 'Model', 'Model']
+  marked, log = _upgrade(monkeypatch, TYPES, marker=True)
+  for linen_text in ('TrainState', 'DynamicScale', 'dict', 'Any]', ': Any'):
+    assert linen_text not in marked.split('class State')[1], linen_text
   assert _put_back(marked, log) == plain

@@ -661,3 +661,27 @@ class RuntimeStateful:
   collections, writing back what they change (``s``: the dict of
   collections)."""
   call: Any
+
+
+# -- types and the attention cache in program code --
+
+
+@_plan
+class LegacyType:
+  """A legacy type named in a type annotation or a typing subscript
+  (rules/program/annotations.py): ``what`` the values it typed are now --
+  'Model' (a model: its parameters, or a model kept legacy with a TODO:
+  no single type), 'Optimizer' (a train state), 'DynamicScale' (today's
+  loss scaling), 'Collection' (a collection's variables, a dict)."""
+  what: str
+
+
+@_plan
+class InitializeCache:
+  """Legacy ``cache_def.initialize_cache(shape[, dtype])`` of the cache
+  an init stored (rules/attention_cache.py): ``cache``, the cache
+  definition's expression, and ``args``, the call's arguments, each as
+  rewritten so far; ``call``: the call (its spacing is kept)."""
+  cache: Any
+  args: Tuple[Any, ...]
+  call: Any

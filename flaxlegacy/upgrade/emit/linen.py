@@ -409,6 +409,15 @@ RUNTIME_LIFECYCLE = {
     'init': 'init_module',
     'init_by_shape': 'init_module_by_shape',
 }
+# a legacy type in an annotation (plans.LegacyType) -> (import line, what
+# it becomes)
+LEGACY_TYPES = {
+    'Model': ('from typing import Any', 'Any'),
+    'Optimizer': ('from flax.training import train_state',
+                  'train_state.TrainState'),
+    'DynamicScale': ('from flax.training import dynamic_scale as '
+                     'dynamic_scale_lib', 'dynamic_scale_lib.DynamicScale'),
+}
 # the legacy key frame of program code (nn.stochastic, nn.make_rng)
 RNG_HELPER_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_rng'
 
@@ -871,6 +880,28 @@ class LinenProgramEmitter:
                  'dynamic_scale_lib')
     return plan.call.with_changes(
         func=cst.parse_expression('dynamic_scale_lib.DynamicScale'))
+
+  # -- types and the attention cache --
+  def legacy_type(self, plan):
+    """LegacyType -> ``Any``, ``train_state.TrainState``,
+    ``dynamic_scale_lib.DynamicScale`` or ``dict``."""
+    if plan.what == 'Collection':
+      return cst.Name('dict')  # {'batch_stats': ...} variables
+    imp, src = LEGACY_TYPES[plan.what]
+    self._import(imp)
+    return cst.parse_expression(src)
+
+  def initialize_cache(self, plan):
+    """InitializeCache -> ``legacy_initialize_cache(cache, shape...)``
+    (flaxlegacy.migrate.upgraded_cache: legacy's cache of the init's
+    'cache' collection)."""
+    self._import('from flaxlegacy.migrate.upgraded_cache import '
+                 'legacy_initialize_cache')
+    return cst.Call(func=cst.Name('legacy_initialize_cache'),
+                    args=[cst.Arg(plan.cache, comma=cst.Comma(
+                        whitespace_after=cst.SimpleWhitespace(' ')))]
+                    + list(plan.args),
+                    whitespace_before_args=plan.call.whitespace_before_args)
 
   # -- checkpoints --
   def checkpoint_call(self, plan):

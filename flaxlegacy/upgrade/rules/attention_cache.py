@@ -48,6 +48,8 @@ import re
 
 import libcst as cst
 
+from flaxlegacy.upgrade import plans
+
 # a legacy Cache built somewhere in the codebase
 _CACHE_BUILT = re.compile(
     r'\battention\s*\.\s*Cache\s*\(|'
@@ -127,13 +129,9 @@ def initialize_cache(rw, original, updated):
     return updated
   if isinstance(f.value, cst.Call):
     return None  # Cache().initialize_cache: nothing was stored, a TODO stays
-  rw.imports.add('from flaxlegacy.migrate.upgraded_cache import '
-                 'legacy_initialize_cache')
   rw.note(original, 'cache_def.initialize_cache -> legacy_initialize_cache')
-  return cst.Call(func=cst.Name('legacy_initialize_cache'),
-                  args=[cst.Arg(updated.func.value, comma=cst.Comma(
-                      whitespace_after=cst.SimpleWhitespace(' ')))] + args,
-                  whitespace_before_args=updated.whitespace_before_args)
+  return rw.emit.initialize_cache(plans.InitializeCache(
+      updated.func.value, tuple(args), updated))
 
 
 def module_call_shape(up, call):

@@ -7,23 +7,17 @@ containers flax.struct dataclasses name as field types);
 ``nn.Collection`` -> ``dict``.
 
 A mixin of ``programs.ProgramRewriter``: the hooks count how deep the walk
-is inside a type (``self._in_type``)."""
+is inside a type (``self._in_type``); a legacy type found decides a
+plans.LegacyType that the pass's emitter writes."""
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
-from flaxlegacy.upgrade.rules.program import shared
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules.program.shared import TYPING_GENERICS  # pylint: disable=g-importing-member
 
-_e = shared.expr_node
-
-# legacy flax.optim class -> (import line, what it becomes)
-LEGACY_TYPES = {
-    'Optimizer': ('from flax.training import train_state',
-                  'train_state.TrainState'),
-    'DynamicScale': ('from flax.training import dynamic_scale as '
-                     'dynamic_scale_lib', 'dynamic_scale_lib.DynamicScale'),
-}
+# the legacy containers flax.struct dataclasses name as field types
+LEGACY_OPTIM_TYPES = frozenset(('Optimizer', 'DynamicScale'))
 
 
 class AnnotationRules:
@@ -55,14 +49,12 @@ class AnnotationRules:
     if self._in_type and self.is_nn(original_node, 'Model'):
       # a type: what the model is now (its parameters, or a legacy Model
       # kept with a TODO where it is made) has no single class
-      self.imports.add('from typing import Any')
       self.note(original_node, 'nn.Model in a type -> Any')
-      return cst.Name('Any')
+      return self.emit.legacy_type(plans.LegacyType('Model'))
     # type annotations of legacy containers (flax.struct TrainStates)
-    legacy_type = LEGACY_TYPES.get(self.is_optim(original_node))
-    if legacy_type is not None:
-      self.imports.add(legacy_type[0])
-      return _e(legacy_type[1])
+    name = self.is_optim(original_node)
+    if name in LEGACY_OPTIM_TYPES:
+      return self.emit.legacy_type(plans.LegacyType(name))
     if self.is_nn(original_node, 'Collection'):
-      return cst.Name('dict')  # {'batch_stats': ...} variables
+      return self.emit.legacy_type(plans.LegacyType('Collection'))
     return None
