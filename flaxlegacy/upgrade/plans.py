@@ -3,8 +3,9 @@ the text that does it (issue 24: "what a rule decides ... is kept apart
 from the text it emits").
 
 A rule case (rules/apply/*.py, rules/modules.py, rules/module_methods.py;
-of the program pass, rules/program/{checkpoints,training_steps,lifecycle,optimizers}.py) reads the legacy code
-and the facts, decides -- or leaves a TODO and answers the code as it was
+the program pass's, rules/program/*.py, rules/lifecycle_runtime.py and
+the cache's init in rules/attention_cache.py) reads the legacy code and
+the facts, decides -- or leaves a TODO and answers the code as it was
 -- and returns one of these plans; an emitter (upgrade/emit/, one per
 target: ``LinenEmitter`` today) turns the plan into libcst nodes.  A plan
 says what is wanted in target-neutral terms (a parameter with its
@@ -13,7 +14,9 @@ of a class with its hyper-parameters, inputs and explicit name, a module
 class with its fields); it never holds target spellings (``nn.Dropout``,
 ``self.variable``, ``@nn.compact``).  The user's own code inside a plan --
 an argument as written, an initializer expression, the body of ``apply``
--- stays libcst nodes: it is copied, not decided.  TODOs and report entries
+-- stays libcst nodes: it is copied, not decided (one exception, decided
+by the program pass: the legacy attention cache a model is given becomes
+the argument ``True``, the module decodes).  TODOs and report entries
 stay with the rule.
 
 Plans are frozen: an emitter reads them and never changes them.  This
