@@ -88,6 +88,45 @@ def test_same_calls_in_the_same_order_as_libcst():
     assert len(fast) > 2
 
 
+def _hooked_events(module, base, skip=()):
+  """The visits and leaves of a walk whose visitor has a ``visit_X`` and a
+  ``leave_X`` for every node class but the tokens (no ``on_visit`` of its
+  own: FastVisitor's per-class walk); ``visit_X`` answers False for the
+  classes in ``skip``."""
+  out = []
+  hooks = {}
+  for name in dir(cst):
+    c = getattr(cst, name)
+    if (isinstance(c, type) and issubclass(c, cst.CSTNode)
+        and c not in walk.TOKENS):
+
+      def visit(self, node, name=name):  # pylint: disable=unused-argument
+        out.append(('visit', name, id(node)))
+        return False if name in skip else None
+
+      def leave(self, node, name=name):  # pylint: disable=unused-argument
+        out.append(('leave', name, id(node)))
+
+      hooks['visit_' + name] = visit
+      hooks['leave_' + name] = leave
+  module.visit(type('Hooked', (base,), hooks)())
+  return out
+
+
+def test_hooks_only_visitor_same_calls_as_libcst():
+  kinds = set()
+  for src in _sources():
+    module = cst.parse_module(src)
+    fast = _hooked_events(module, walk.FastVisitor)
+    assert fast == _hooked_events(module, cst.CSTVisitor)
+    kinds.update(e[1] for e in fast)
+  assert len(kinds) > 80  # (most of the node classes)
+  module = cst.parse_module(ODD)
+  for skip in (('Call',), ('FunctionDef', 'Subscript'), ('Module',)):
+    fast = _hooked_events(module, walk.FastVisitor, skip)
+    assert fast == _hooked_events(module, cst.CSTVisitor, skip)
+
+
 def test_a_walk_with_a_token_hook_walks_every_token_as_libcst():
   module = cst.parse_module(ODD + '# tail\nx = (a  # c\n     + b)\n')
   seen = {}
