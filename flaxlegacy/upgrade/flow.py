@@ -138,6 +138,9 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     self.optimizer_sites = {}
     self._module_files = {}
     self.modules = {}  # rel -> its libcst module (rules read uses there)
+    # rel -> the source of each top-level statement of its module, where
+    # given
+    self.statement_texts = {}
     self._called_positions = set()
     self.class_scope = {}  # (rel, qual) -> the scope its bases are in
     # gin (gin_bindings.py): (name, rel, qual, kind) of the configurables
@@ -162,10 +165,15 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     self.optimizer_targets = {}
 
   # -- building --
-  def add_file(self, rel, module, file_facts):
+  def add_file(self, rel, module, file_facts, statement_texts=None):
+    """``statement_texts``: the source of each top-level statement of
+    ``module``, if the caller has it (a rule looking for a word skips the
+    statements without it)."""
     self._module_files[rel] = file_facts
     self.__dict__.pop('_files_by_module', None)  # (names.py's answers)
     self.modules[rel] = module
+    if statement_texts is not None:
+      self.statement_texts[rel] = statement_texts
     module.visit(collect.Collect(self, rel, file_facts))
 
   def _add(self, slot, vals):

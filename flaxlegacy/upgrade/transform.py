@@ -110,6 +110,15 @@ def _relevance(file_facts, codebase):
   return re.compile('|'.join(alternatives))
 
 
+def prepare(codebase):
+  """Works out now the codebase-wide facts the rules otherwise work out at
+  their first use (what the code does with nn.Model values: rules/
+  model_uses.py), so that forked workers (api.py) inherit them instead of
+  each working them out again."""
+  from flaxlegacy.upgrade.rules import model_uses  # pylint: disable=g-import-not-at-top
+  model_uses.uses(codebase)
+
+
 def upgrade_module(path, module, codebase, report, statement_texts=None,
                    code=None):
   """Rewrites one parsed file; returns the new source.
