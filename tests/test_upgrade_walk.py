@@ -353,6 +353,33 @@ def test_code_and_statements_is_libcsts_code_and_statement_texts():
     assert texts == [module.code_for_node(s) for s in module.body]
 
 
+def test_statement_texts_give_libcsts_code_of_changed_modules():
+  """cst_util.StatementTexts: a module's code from the texts of the
+  statements it keeps and the code of those it changed, as libcst's."""
+  from flaxlegacy.upgrade import cst_util  # pylint: disable=g-import-not-at-top
+  odd = ['x = 1\n', '# c\n\nx = 1', 'x = 1\n\n# tail\n', 'x = 1\r\ny = 2\r\n',
+         'def f():\n  pass\n  # inside\n# after\n', 'if a:\n    b\nelse:\n    c  # t']
+
+  class Rename(walk.FastTransformer):
+
+    def leave_Name(self, original_node, updated_node):
+      return updated_node.with_changes(value=updated_node.value + '_')
+
+  for src in _sources() + odd:
+    module = cst.parse_module(src)
+    code, texts = cst_util.code_and_statements(module)
+    known = cst_util.StatementTexts(module, texts)
+    assert known.code(module) == code
+    if len(module.body) < 2:
+      continue
+    body = list(module.body)
+    body[-1] = walk.transform(body[-1], Rename())  # the last one changes
+    new = module.with_changes(body=[body[-1]] + body[:-1] + body[-1:])
+    assert known.code(new) == new.code
+    assert known.of(new) == [new.code_for_node(s) for s in new.body]
+    assert known.code(new) == new.code  # (again: from what it kept)
+
+
 def test_code_is_libcsts_code_for_node():
   """cst_util.code (codegen without libcst's per-node context manager)
   writes what libcst writes, for modules, statements and expressions."""

@@ -116,7 +116,7 @@ class Rule(cst_util.TodoComments, walk.FastTransformer):
 
   def on_visit(self, node):
     visit = super().on_visit(node)
-    if isinstance(node, cst.BaseStatement) and has_todo(node):
+    if cst_util.is_statement(node) and has_todo(node):
       # The upgrade was unsure here (legacy flax.nn code it left, a form
       # these rules did not recognise): not early linen to rewrite.
       return False
