@@ -109,13 +109,17 @@ class FastVisitor(cst.CSTVisitor):
           node).__name__, cst.CSTVisitor)
     if hook is not None and hook(self, node) is False:
       return False
-    fields = _FIELDS.get(type(node))
+    skip = _skipped(type(self), cst.CSTVisitor)
+    fields = (_FIELDS if skip is not TOKENS else _NONTOKEN_FIELDS).get(
+        type(node))
     if fields is None:
       fields = _fields_of(type(node))
+      if skip is TOKENS:
+        fields = _NONTOKEN_FIELDS[type(node)] = tuple(
+            f for f in fields if f not in _token_fields(type(node)))
     if type(node) in _LIBCST_WALKS:
       return True
     on_visit, on_leave = self.on_visit, self.on_leave
-    skip = _skipped(type(self), cst.CSTVisitor)
     for field in fields:
       value = getattr(node, field)
       kind = _KINDS.get(type(value)) or _kind(type(value))
@@ -144,6 +148,7 @@ class FastVisitor(cst.CSTVisitor):
       hook(self, original_node)
 
 
+_NONTOKEN_FIELDS = {}  # node class -> its fields that are not _token_fields
 _PLANS = {}  # visitor class -> {node class: (visit_X, leave_X, fields)},
 # or False where the class has its own on_visit / on_leave (called per node)
 
