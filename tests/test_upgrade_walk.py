@@ -1,10 +1,12 @@
 """walk.FastVisitor makes the calls libcst's own walk makes, in its order."""
 
 import os
+import types
 
 import libcst as cst
 import pytest
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -416,3 +418,72 @@ def test_dotted_is_libcsts_full_name():
   for node in seen:
     assert cst_util.dotted(node) == get_full_name_for_node(node), node
   assert cst_util.dotted(cst.parse_expression('(a + b).x')) == 'None.x'
+
+
+def _hooked_transformer(bases, out):
+  """A transformer of hooks only (no on_visit / on_leave of its own): every
+  visit / leave recorded, names and statements changed as ``_recording``'s,
+  and with cst_util.TodoComments among ``bases`` a TODO at every call of
+  ``f``."""
+  hooks = {}
+  for name in dir(cst):
+    c = getattr(cst, name)
+    if (isinstance(c, type) and issubclass(c, cst.CSTNode)
+        and c not in walk.TOKENS):
+
+      def visit(self, node, name=name):  # pylint: disable=unused-argument
+        out.append(('visit', name, id(node)))
+
+      def leave(self, original_node, updated_node, name=name):  # pylint: disable=unused-argument
+        out.append(('leave', name, id(original_node)))
+        return updated_node
+
+      hooks['visit_' + name] = visit
+      hooks['leave_' + name] = leave
+  rec = _recording(cst.CSTTransformer, [])
+  for name in ('leave_Name', 'leave_SimpleStatementLine', 'leave_Arg',
+               'leave_AsName', 'leave_Expr', 'visit_Lambda'):
+    inner = getattr(type(rec), name)
+
+    def hook(self, *args, inner=inner, name=name):
+      out.append((name, id(args[0])))
+      return inner(self, *args)
+
+    hooks[name] = hook
+
+  def leave_Call(self, original_node, updated_node):
+    out.append(('leave', 'Call', id(original_node)))
+    if hasattr(self, 'todo') and cst_util.dotted(updated_node.func) == 'f':
+      self.todo(original_node, 'a call of f')
+    return updated_node
+
+  hooks['leave_Call'] = leave_Call
+  t = type('Hooked', bases, hooks)()
+  t._todos = []  # pylint: disable=protected-access
+  t.ctx = types.SimpleNamespace(report=types.SimpleNamespace(left=[]),
+                                line=lambda node: None)
+  return t
+
+
+def test_hooks_only_transformers_same_calls_and_result_as_libcst():
+  """FastTransformer's walk of a transformer of hooks only, and of one
+  with cst_util.TodoComments (its statement calls made by the walk):
+  libcst's calls, result and TODOs."""
+  extra = ('def h():\n  gone()\n\ndef k(a, drop=1):\n  del a\n  f(a)\n\n'
+           'f(a, drop=2, c=lambda a: a)\nimport x.y as z\n'
+           'if a:\n  pass\n  x = f(f(b))\n')
+  for mixins in ((), (cst_util.TodoComments,)):
+    for src in _sources()[:20] + [extra]:
+      module = cst.parse_module(src)
+      slow_calls, fast_calls = [], []
+      slow_t = _hooked_transformer(mixins + (cst.CSTTransformer,), slow_calls)
+      fast_t = _hooked_transformer(mixins + (walk.FastTransformer,),
+                                   fast_calls)
+      slow = module.visit(slow_t)
+      fast = walk.transform(module, fast_t)
+      assert fast.code == slow.code
+      assert fast_calls == slow_calls
+      assert fast_t.ctx.report.left == slow_t.ctx.report.left
+    assert walk._TPLANS[type(fast_t)][0] == (  # pylint: disable=protected-access
+        walk._STATEMENTS if mixins else walk._HOOKS_ONLY)  # pylint: disable=protected-access
+  assert fast.code.count('# TODO(flaxlegacy upgrade): a call of f') == 3

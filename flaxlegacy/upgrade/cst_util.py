@@ -113,15 +113,25 @@ class TodoComments:
       self._todos[-1].append(why)
     self.ctx.report.left.append({'line': self._line_of(node), 'why': why})
 
+  # (walk.FastTransformer calls enter_statement / leave_statement and the
+  # hooks itself, without the two methods below)
+  STATEMENT_WRAPPER = True
+
   def on_visit(self, node):
     if is_statement(node):
-      self._todos.append([])
+      self.enter_statement(node)
     return super().on_visit(node)
 
   def on_leave(self, original_node, updated_node):
     updated = super().on_leave(original_node, updated_node)
     if not is_statement(original_node):
       return updated
+    return self.leave_statement(original_node, updated)
+
+  def enter_statement(self, node):  # pylint: disable=unused-argument
+    self._todos.append([])
+
+  def leave_statement(self, original_node, updated):  # pylint: disable=unused-argument
     todos = self._todos.pop()
     if not todos:
       return updated

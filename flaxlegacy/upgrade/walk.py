@@ -395,6 +395,13 @@ class FastTransformer(cst.CSTTransformer):
     super().__init_subclass__(**kwargs)
     _refuse_attribute_hooks(cls, FastTransformer, 'cst.CSTTransformer')
 
+  # A mixin whose on_visit / on_leave do something more for statements
+  # only (cst_util.TodoComments) sets STATEMENT_WRAPPER = True and defines
+  # ``enter_statement(node)`` (before the visit hook) and
+  # ``leave_statement(original_node, result)`` (after the leave hook): the
+  # walk then calls those and the hooks itself, not on_visit / on_leave
+  # per node.
+
   def on_visit(self, node):
     # cst.CSTTransformer.on_visit, the visit_X look-up cached per class
     # (libcst's empty stubs left out)
@@ -415,18 +422,36 @@ class FastTransformer(cst.CSTTransformer):
 
   def walk(self, node):
     """``node.visit(self)``, copying only what changes."""
-    if self.on_visit(node):
-      fmap = _TWALKED.get(type(self))
-      if fmap is None:
-        fmap = _TWALKED[type(self)] = {}
-      fields = fmap.get(type(node), _MISSING)
-      if fields is _MISSING:
-        fields = _walked_fields(fmap, type(self), type(node))
-      updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
-                 if fields is None else self._children(node, fields))
-    else:
-      updated = node
-    result = self.on_leave(node, updated)
+    mode, plans = _TPLANS.get(type(self)) or _tplans_of(type(self))
+    if mode == _GENERIC:  # its own on_visit / on_leave: called per node
+      if self.on_visit(node):
+        fmap = _TWALKED.get(type(self))
+        if fmap is None:
+          fmap = _TWALKED[type(self)] = {}
+        fields = fmap.get(type(node), _MISSING)
+        if fields is _MISSING:
+          fields = _walked_fields(fmap, type(self), type(node))
+        updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
+                   if fields is None else self._children(node, fields))
+      else:
+        updated = node
+      result = self.on_leave(node, updated)
+    else:  # hooks only (and a STATEMENT_WRAPPER's statement calls)
+      plan = plans.get(type(node))
+      if plan is None:
+        plan = _tplan(plans, type(self), type(node))
+      visit, leave, fields, statement = plan
+      statement = statement and mode == _STATEMENTS
+      if statement:
+        self.enter_statement(node)
+      if visit is None or visit(self, node) is not False:
+        updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
+                   if fields is None else self._children(node, fields))
+      else:
+        updated = node
+      result = updated if leave is None else leave(self, node, updated)
+      if statement:
+        result = self.leave_statement(node, result)
     if result is not updated and not isinstance(
         result, (cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel)):
       raise cst.CSTValidationError(
@@ -494,6 +519,50 @@ class FastTransformer(cst.CSTTransformer):
 
 
 _TWALKED = {}  # transformer class -> {node class: its fields walked}
+# how FastTransformer.walk calls a transformer class's hooks: through its
+# own on_visit / on_leave; the hooks directly; the hooks and a
+# STATEMENT_WRAPPER's enter_statement / leave_statement
+_GENERIC, _HOOKS_ONLY, _STATEMENTS = range(3)
+# transformer class -> (its mode, {node class: (visit_X, leave_X, fields
+# walked, whether the node is a statement)})
+_TPLANS = {}
+
+
+def _definer(cls, name, after=None):
+  """The class of ``cls``'s MRO (after ``after``) whose body defines
+  ``name``."""
+  mro = cls.__mro__
+  if after is not None:
+    mro = mro[mro.index(after) + 1:]
+  return next((k for k in mro if name in vars(k)), None)
+
+
+def _tplans_of(cls):
+  v, l = _definer(cls, 'on_visit'), _definer(cls, 'on_leave')
+  if v is FastTransformer and l is FastTransformer:
+    mode = _HOOKS_ONLY
+  elif (v is l and vars(v).get('STATEMENT_WRAPPER')
+        and _definer(cls, 'on_visit', v) is FastTransformer
+        and _definer(cls, 'on_leave', v) is FastTransformer):
+    mode = _STATEMENTS
+  else:
+    mode = _GENERIC
+  out = _TPLANS[cls] = (mode, {})
+  return out
+
+
+def _tplan(plans, cls, node_cls):
+  fmap = _TWALKED.get(cls)
+  if fmap is None:
+    fmap = _TWALKED[cls] = {}
+  fields = fmap.get(node_cls, _MISSING)
+  if fields is _MISSING:
+    fields = _walked_fields(fmap, cls, node_cls)
+  plan = plans[node_cls] = (
+      _own_hook(cls, 'visit_' + node_cls.__name__),
+      _own_hook(cls, 'leave_' + node_cls.__name__), fields,
+      issubclass(node_cls, cst.BaseStatement))
+  return plan
 
 
 def _walked_fields(fmap, cls, node_cls):
