@@ -118,8 +118,9 @@ class TodoComments:
   STATEMENT_WRAPPER = True
 
   def on_visit(self, node):
-    if is_statement(node):
-      self.enter_statement(node)
+    if is_statement(node) and self.enter_statement(node) is False:
+      super().on_visit(node)  # (its visit hook is still called)
+      return False
     return super().on_visit(node)
 
   def on_leave(self, original_node, updated_node):
@@ -129,6 +130,8 @@ class TodoComments:
     return self.leave_statement(original_node, updated)
 
   def enter_statement(self, node):  # pylint: disable=unused-argument
+    """Before the statement's visit hook; False: its children are not
+    walked (the visit hook is called all the same)."""
     self._todos.append([])
 
   def leave_statement(self, original_node, updated):  # pylint: disable=unused-argument

@@ -397,10 +397,10 @@ class FastTransformer(cst.CSTTransformer):
 
   # A mixin whose on_visit / on_leave do something more for statements
   # only (cst_util.TodoComments) sets STATEMENT_WRAPPER = True and defines
-  # ``enter_statement(node)`` (before the visit hook) and
-  # ``leave_statement(original_node, result)`` (after the leave hook): the
-  # walk then calls those and the hooks itself, not on_visit / on_leave
-  # per node.
+  # ``enter_statement(node)`` (before the visit hook; False: the children
+  # are not walked) and ``leave_statement(original_node, result)`` (after
+  # the leave hook): the walk then calls those and the hooks itself, not
+  # on_visit / on_leave per node.
 
   def on_visit(self, node):
     # cst.CSTTransformer.on_visit, the visit_X look-up cached per class
@@ -442,9 +442,8 @@ class FastTransformer(cst.CSTTransformer):
         plan = _tplan(plans, type(self), type(node))
       visit, leave, fields, statement = plan
       statement = statement and mode == _STATEMENTS
-      if statement:
-        self.enter_statement(node)
-      if visit is None or visit(self, node) is not False:
+      keep_out = statement and self.enter_statement(node) is False
+      if (visit is None or visit(self, node) is not False) and not keep_out:
         updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
                    if fields is None else self._children(node, fields))
       else:
