@@ -1,10 +1,12 @@
 """walk.FastVisitor makes the calls libcst's own walk makes, in its order."""
 
 import os
+import types
 
 import libcst as cst
 import pytest
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,6 +88,45 @@ def test_same_calls_in_the_same_order_as_libcst():
     fast = _events(module, walk.FastVisitor)
     assert fast == _events(module, cst.CSTVisitor)
     assert len(fast) > 2
+
+
+def _hooked_events(module, base, skip=()):
+  """The visits and leaves of a walk whose visitor has a ``visit_X`` and a
+  ``leave_X`` for every node class but the tokens (no ``on_visit`` of its
+  own: FastVisitor's per-class walk); ``visit_X`` answers False for the
+  classes in ``skip``."""
+  out = []
+  hooks = {}
+  for name in dir(cst):
+    c = getattr(cst, name)
+    if (isinstance(c, type) and issubclass(c, cst.CSTNode)
+        and c not in walk.TOKENS):
+
+      def visit(self, node, name=name):  # pylint: disable=unused-argument
+        out.append(('visit', name, id(node)))
+        return False if name in skip else None
+
+      def leave(self, node, name=name):  # pylint: disable=unused-argument
+        out.append(('leave', name, id(node)))
+
+      hooks['visit_' + name] = visit
+      hooks['leave_' + name] = leave
+  module.visit(type('Hooked', (base,), hooks)())
+  return out
+
+
+def test_hooks_only_visitor_same_calls_as_libcst():
+  kinds = set()
+  for src in _sources():
+    module = cst.parse_module(src)
+    fast = _hooked_events(module, walk.FastVisitor)
+    assert fast == _hooked_events(module, cst.CSTVisitor)
+    kinds.update(e[1] for e in fast)
+  assert len(kinds) > 80  # (most of the node classes)
+  module = cst.parse_module(ODD)
+  for skip in (('Call',), ('FunctionDef', 'Subscript'), ('Module',)):
+    fast = _hooked_events(module, walk.FastVisitor, skip)
+    assert fast == _hooked_events(module, cst.CSTVisitor, skip)
 
 
 def test_a_walk_with_a_token_hook_walks_every_token_as_libcst():
@@ -174,6 +215,7 @@ def test_without_libcst_source_libcst_walks_those_nodes(monkeypatch):
 
   monkeypatch.setattr(walk.inspect, 'getsource', no_source)
   monkeypatch.setattr(walk, '_FIELDS', {})
+  monkeypatch.setattr(walk, '_NONTOKEN_FIELDS', {})
   monkeypatch.setattr(walk, '_LIBCST_WALKS', set())
   assert _events(module, walk.FastVisitor) == _events(module, cst.CSTVisitor)
   assert cst.Call in walk._LIBCST_WALKS  # pylint: disable=protected-access
@@ -314,6 +356,33 @@ def test_code_and_statements_is_libcsts_code_and_statement_texts():
     assert texts == [module.code_for_node(s) for s in module.body]
 
 
+def test_statement_texts_give_libcsts_code_of_changed_modules():
+  """cst_util.StatementTexts: a module's code from the texts of the
+  statements it keeps and the code of those it changed, as libcst's."""
+  from flaxlegacy.upgrade import cst_util  # pylint: disable=g-import-not-at-top
+  odd = ['x = 1\n', '# c\n\nx = 1', 'x = 1\n\n# tail\n', 'x = 1\r\ny = 2\r\n',
+         'def f():\n  pass\n  # inside\n# after\n', 'if a:\n    b\nelse:\n    c  # t']
+
+  class Rename(walk.FastTransformer):
+
+    def leave_Name(self, original_node, updated_node):
+      return updated_node.with_changes(value=updated_node.value + '_')
+
+  for src in _sources() + odd:
+    module = cst.parse_module(src)
+    code, texts = cst_util.code_and_statements(module)
+    known = cst_util.StatementTexts(module, texts)
+    assert known.code(module) == code
+    if len(module.body) < 2:
+      continue
+    body = list(module.body)
+    body[-1] = walk.transform(body[-1], Rename())  # the last one changes
+    new = module.with_changes(body=[body[-1]] + body[:-1] + body[-1:])
+    assert known.code(new) == new.code
+    assert known.of(new) == [new.code_for_node(s) for s in new.body]
+    assert known.code(new) == new.code  # (again: from what it kept)
+
+
 def test_code_is_libcsts_code_for_node():
   """cst_util.code (codegen without libcst's per-node context manager)
   writes what libcst writes, for modules, statements and expressions."""
@@ -349,3 +418,72 @@ def test_dotted_is_libcsts_full_name():
   for node in seen:
     assert cst_util.dotted(node) == get_full_name_for_node(node), node
   assert cst_util.dotted(cst.parse_expression('(a + b).x')) == 'None.x'
+
+
+def _hooked_transformer(bases, out):
+  """A transformer of hooks only (no on_visit / on_leave of its own): every
+  visit / leave recorded, names and statements changed as ``_recording``'s,
+  and with cst_util.TodoComments among ``bases`` a TODO at every call of
+  ``f``."""
+  hooks = {}
+  for name in dir(cst):
+    c = getattr(cst, name)
+    if (isinstance(c, type) and issubclass(c, cst.CSTNode)
+        and c not in walk.TOKENS):
+
+      def visit(self, node, name=name):  # pylint: disable=unused-argument
+        out.append(('visit', name, id(node)))
+
+      def leave(self, original_node, updated_node, name=name):  # pylint: disable=unused-argument
+        out.append(('leave', name, id(original_node)))
+        return updated_node
+
+      hooks['visit_' + name] = visit
+      hooks['leave_' + name] = leave
+  rec = _recording(cst.CSTTransformer, [])
+  for name in ('leave_Name', 'leave_SimpleStatementLine', 'leave_Arg',
+               'leave_AsName', 'leave_Expr', 'visit_Lambda'):
+    inner = getattr(type(rec), name)
+
+    def hook(self, *args, inner=inner, name=name):
+      out.append((name, id(args[0])))
+      return inner(self, *args)
+
+    hooks[name] = hook
+
+  def leave_Call(self, original_node, updated_node):
+    out.append(('leave', 'Call', id(original_node)))
+    if hasattr(self, 'todo') and cst_util.dotted(updated_node.func) == 'f':
+      self.todo(original_node, 'a call of f')
+    return updated_node
+
+  hooks['leave_Call'] = leave_Call
+  t = type('Hooked', bases, hooks)()
+  t._todos = []  # pylint: disable=protected-access
+  t.ctx = types.SimpleNamespace(report=types.SimpleNamespace(left=[]),
+                                line=lambda node: None)
+  return t
+
+
+def test_hooks_only_transformers_same_calls_and_result_as_libcst():
+  """FastTransformer's walk of a transformer of hooks only, and of one
+  with cst_util.TodoComments (its statement calls made by the walk):
+  libcst's calls, result and TODOs."""
+  extra = ('def h():\n  gone()\n\ndef k(a, drop=1):\n  del a\n  f(a)\n\n'
+           'f(a, drop=2, c=lambda a: a)\nimport x.y as z\n'
+           'if a:\n  pass\n  x = f(f(b))\n')
+  for mixins in ((), (cst_util.TodoComments,)):
+    for src in _sources()[:20] + [extra]:
+      module = cst.parse_module(src)
+      slow_calls, fast_calls = [], []
+      slow_t = _hooked_transformer(mixins + (cst.CSTTransformer,), slow_calls)
+      fast_t = _hooked_transformer(mixins + (walk.FastTransformer,),
+                                   fast_calls)
+      slow = module.visit(slow_t)
+      fast = walk.transform(module, fast_t)
+      assert fast.code == slow.code
+      assert fast_calls == slow_calls
+      assert fast_t.ctx.report.left == slow_t.ctx.report.left
+    assert walk._TPLANS[type(fast_t)][0] == (  # pylint: disable=protected-access
+        walk._STATEMENTS if mixins else walk._HOOKS_ONLY)  # pylint: disable=protected-access
+  assert fast.code.count('# TODO(flaxlegacy upgrade): a call of f') == 3

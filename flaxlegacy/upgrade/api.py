@@ -133,7 +133,8 @@ def _analyse(files, names='legacy', observed=None, configs=()):
   values = flow_lib.Flow(codebase)
   for sf in files:
     if sf.module is not None:
-      values.add_file(sf.rel, sf.module, codebase.files[sf.rel])
+      values.add_file(sf.rel, sf.module, codebase.files[sf.rel],
+                      sf.statement_texts)
   for text in configs:  # the tree's gin configs: their bindings
     values.add_gin_text(text)
   if observed:
@@ -242,6 +243,7 @@ def _transform_all(files, codebase):
   workers = min(os.cpu_count() or 1, 4)
   if (len(todo) >= 16 and workers > 1 and 'jax' not in sys.modules
       and 'fork' in multiprocessing.get_all_start_methods()):
+    transform.prepare(codebase)
     _FORKED.update(files=files, codebase=codebase)
     try:
       ctx = multiprocessing.get_context('fork')

@@ -80,6 +80,20 @@ def legacy_attr(node, prefixes):
   return None
 
 
+_STATEMENT_CLASSES = {}  # node class -> whether it is a cst.BaseStatement
+
+
+def is_statement(node):
+  """``isinstance(node, cst.BaseStatement)``, answered once per node class
+  (libcst's node classes are ABCs: ``isinstance`` is a slow call, and the
+  transformers ask it of every node)."""
+  t = type(node)
+  out = _STATEMENT_CLASSES.get(t)
+  if out is None:
+    out = _STATEMENT_CLASSES[t] = issubclass(t, cst.BaseStatement)
+  return out
+
+
 class TodoComments:
   """``todo(node, why)`` for a libcst transformer: a line in the report and
   a ``# TODO(flaxlegacy upgrade): why`` comment above the statement holding
@@ -99,15 +113,28 @@ class TodoComments:
       self._todos[-1].append(why)
     self.ctx.report.left.append({'line': self._line_of(node), 'why': why})
 
+  # (walk.FastTransformer calls enter_statement / leave_statement and the
+  # hooks itself, without the two methods below)
+  STATEMENT_WRAPPER = True
+
   def on_visit(self, node):
-    if isinstance(node, cst.BaseStatement):
-      self._todos.append([])
+    if is_statement(node) and self.enter_statement(node) is False:
+      super().on_visit(node)  # (its visit hook is still called)
+      return False
     return super().on_visit(node)
 
   def on_leave(self, original_node, updated_node):
     updated = super().on_leave(original_node, updated_node)
-    if not isinstance(original_node, cst.BaseStatement):
+    if not is_statement(original_node):
       return updated
+    return self.leave_statement(original_node, updated)
+
+  def enter_statement(self, node):  # pylint: disable=unused-argument
+    """Before the statement's visit hook; False: its children are not
+    walked (the visit hook is called all the same)."""
+    self._todos.append([])
+
+  def leave_statement(self, original_node, updated):  # pylint: disable=unused-argument
     todos = self._todos.pop()
     if not todos:
       return updated
@@ -351,3 +378,44 @@ def code_and_statements(module):
   else:
     state.pop_trailing_newline()
   return ''.join(state.tokens), texts
+
+
+class StatementTexts:
+  """The source of top-level statements already generated, by statement
+  object (each kept alive with its text, so that an ``id`` is never taken
+  for another's): a pass that changes a file keeps the statements it does
+  not change (walk.FastTransformer), whose text need not be generated
+  again."""
+
+  def __init__(self, module=None, texts=None):
+    self._texts = {}  # id(stmt) -> (stmt, its text)
+    if module is not None:
+      for stmt, text in zip(module.body, texts):
+        self._texts[id(stmt)] = (stmt, text)
+
+  def _text(self, stmt, module):
+    entry = self._texts.get(id(stmt))
+    if entry is not None and entry[0] is stmt:
+      return entry[1]
+    text = code(stmt, module)
+    self._texts[id(stmt)] = (stmt, text)
+    return text
+
+  def of(self, module):
+    """``[module.code_for_node(s) for s in module.body]``."""
+    return [self._text(s, module) for s in module.body]
+
+  def code(self, module):
+    """``module.code``, from the texts of its statements (``code``'s
+    where the module ends without a newline)."""
+    if not module.has_trailing_newline or not module.body:
+      return code(module)
+    state = _CodeState(default_indent=module.default_indent,
+                       default_newline=module.default_newline)
+    for line in module.header:
+      line._codegen(state)  # pylint: disable=protected-access
+    for stmt in module.body:
+      state.tokens.append(self._text(stmt, module))
+    for line in module.footer:
+      line._codegen(state)  # pylint: disable=protected-access
+    return ''.join(state.tokens)

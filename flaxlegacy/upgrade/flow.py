@@ -97,6 +97,7 @@ from flaxlegacy.upgrade.flow_facts.queries import usable  # pylint: disable=g-im
 from flaxlegacy.upgrade.flow_facts.shared import AUX_WRAPPERS  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.flow_facts.shared import COLLECTION  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.flow_facts.shared import EXT_INSTANCES  # pylint: disable=g-importing-member,unused-import
+from flaxlegacy.upgrade.flow_facts.shared import FINAL  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.flow_facts.shared import GINVAL  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.flow_facts.shared import GIN_BIND  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.flow_facts.shared import GIN_REGISTER  # pylint: disable=g-importing-member,unused-import
@@ -138,6 +139,9 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     self.optimizer_sites = {}
     self._module_files = {}
     self.modules = {}  # rel -> its libcst module (rules read uses there)
+    # rel -> the source of each top-level statement of its module, where
+    # given
+    self.statement_texts = {}
     self._called_positions = set()
     self.class_scope = {}  # (rel, qual) -> the scope its bases are in
     # gin (gin_bindings.py): (name, rel, qual, kind) of the configurables
@@ -148,7 +152,11 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     self.gin_external = {}
     self.gin_text_macros = {}
     self._gin_texts = {}  # id(parse_config call) -> statements
-    self._final = False  # the last round: what is still empty is unknown
+    # the last round: what is still empty is unknown (a constraint that
+    # asks reads the slot ``FINAL`` first: ``_fixpoint`` re-applies it)
+    self._final = False
+    self._readers = {}  # slot -> the constraints that read it (_fixpoint)
+    self._fix_bases = None  # the base classes of the last fixpoint
     # id(Name load) -> the slot of the ``name = value`` of its block that
     # it reads (collect.Collect.leave_Assign)
     self.reaching = {}
@@ -162,10 +170,15 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     self.optimizer_targets = {}
 
   # -- building --
-  def add_file(self, rel, module, file_facts):
+  def add_file(self, rel, module, file_facts, statement_texts=None):
+    """``statement_texts``: the source of each top-level statement of
+    ``module``, if the caller has it (a rule looking for a word skips the
+    statements without it)."""
     self._module_files[rel] = file_facts
     self.__dict__.pop('_files_by_module', None)  # (names.py's answers)
     self.modules[rel] = module
+    if statement_texts is not None:
+      self.statement_texts[rel] = statement_texts
     module.visit(collect.Collect(self, rel, file_facts))
 
   def _add(self, slot, vals):
@@ -352,22 +365,27 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
       if d is not None:
         d.escapes = True
         passed.setdefault(id(d), (d, []))[1].append((rel, qual, node))
+    self._readers, self._fix_bases = {}, None
     settled = self._fixpoint()
     self._callbacks_kept(passed, call_nodes)
     # then what the codebase does not call (or calls from anywhere) takes
     # arguments from outside: unknown
-    if self._open_params():
-      settled = self._fixpoint() and settled
+    opened = self._dirty = set()  # (the slots it adds to)
+    try:
+      if self._open_params():
+        settled = self._fixpoint(opened if settled else None) and settled
+    finally:
+      self._dirty = None
     # a dict splatted from a name nothing assigned: unknown keys
     self._final = True
-    settled = self._fixpoint() and settled
+    settled = self._fixpoint({FINAL} if settled else None) and settled
     if not settled:  # not settled: do not trust the sets
       for slot in self.values:
         self.values[slot].add(UNKNOWN)
     self.values = dict(self.values)  # (the rules read a plain dict)
     return self
 
-  def _fixpoint(self):
+  def _fixpoint(self, changed=None):
     """Applies the constraints until none adds a value, as rounds of
     ``_apply`` over all of them in order would, but re-applying only what
     can change: every application records the slots it reads
@@ -375,13 +393,22 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     back in this sweep (those after it) or the next (the others); the optimizer
     sites kept beside the values count as slots (``_read``, ``_wrote``).  All
     of them again where the codebase base classes changed.
-    A constraint none of whose slots changed would add nothing."""
+    A constraint none of whose slots changed would add nothing.
+
+    ``changed``: after a fixpoint that settled, the slots added to since
+    (``FINAL`` for the last round's flag): the first sweep applies only the
+    constraints that read them (``_readers`` is kept across the calls of
+    one ``_solve``), not every constraint again."""
     values = self.values
     if not isinstance(values, shared.Values):
       values = self.values = shared.Values(values)
     constraints = self.constraints
     every = list(range(len(constraints)))
-    todo, readers, bases = every, {}, None
+    readers, bases = self._readers, self._fix_bases
+    if changed is None:
+      todo = every
+    else:
+      todo = sorted({r for slot in changed for r in readers.get(slot, ())})
     try:
       for _ in range(MAX_ROUNDS):
         self._resolve_bases()
@@ -414,6 +441,7 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     finally:
       values.reads = None
       self._dirty = None
+      self._fix_bases = bases
 
   # -- queries (an empty set is returned as {unknown}: nothing known) --
   def name_values(self, rel, qual, name):

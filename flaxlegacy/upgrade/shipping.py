@@ -298,16 +298,18 @@ def uses(code):
           locals_[a.asname] = m
         elif m:
           out[m].add(ALL)  # flaxlegacy.migrate.X.name spelled out
-  if locals_:
-    attrs = set()
+  if locals_:  # (one walk: the attributes, then the bare names)
+    attrs, names = set(), []
     for node in ast.walk(tree):
       if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
           and node.value.id in locals_):
         attrs.add(id(node.value))
         out[locals_[node.value.id]].add(node.attr)
-    for node in ast.walk(tree):
-      if (isinstance(node, ast.Name) and node.id in locals_
-          and id(node) not in attrs and isinstance(node.ctx, ast.Load)):
+      elif (isinstance(node, ast.Name) and node.id in locals_
+            and isinstance(node.ctx, ast.Load)):
+        names.append(node)
+    for node in names:
+      if id(node) not in attrs:
         out[locals_[node.id]].add(ALL)
   return dict(out)
 

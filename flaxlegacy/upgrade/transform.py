@@ -110,6 +110,15 @@ def _relevance(file_facts, codebase):
   return re.compile('|'.join(alternatives))
 
 
+def prepare(codebase):
+  """Works out now the codebase-wide facts the rules otherwise work out at
+  their first use (what the code does with nn.Model values: rules/
+  model_uses.py), so that forked workers (api.py) inherit them instead of
+  each working them out again."""
+  from flaxlegacy.upgrade.rules import model_uses  # pylint: disable=g-import-not-at-top
+  model_uses.uses(codebase)
+
+
 def upgrade_module(path, module, codebase, report, statement_texts=None,
                    code=None):
   """Rewrites one parsed file; returns the new source.
@@ -126,10 +135,8 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
     code, statement_texts = cst_util.code_and_statements(module)
   # the text of each statement object seen so far: a pass that changes a
   # file keeps the statements it does not change (walk.FastTransformer),
-  # whose text is then known (``originals`` keeps them alive, so their ids
-  # stay theirs)
-  originals = [module]
-  known = dict(zip(map(id, module.body), statement_texts))
+  # whose text is then known
+  known = cst_util.StatementTexts(module, statement_texts)
   # where each statement of the file as written starts: the report's lines
   # are the written file's, also after the program pass added imports
   written = {}
@@ -138,15 +145,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
     written[id(stmt)] = line
     line += text.count('\n')
 
-  def texts_of(m):
-    originals.append(m)
-    out = []
-    for s in m.body:
-      t = known.get(id(s))
-      if t is None:
-        t = known[id(s)] = cst_util.code(s, m)
-      out.append(t)
-    return out
+  texts_of = known.of
 
   # Program-level rules first (rules/programs.py), on the legacy
   # source, then the module rules on the result.
@@ -218,7 +217,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # (names of legacy flax.nn are never theirs) and may add lines, which
   # would shift the line numbers the rules above report.
   from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top
-  code = code if new is module and code is not None else cst_util.code(new)
+  code = code if new is module and code is not None else known.code(new)
   out = early_linen.run(file_facts, report, new, code,
-                       written=written_positions)
-  return code if out is new else cst_util.code(out)
+                        written=written_positions, known=known)
+  return code if out is new else known.code(out)

@@ -24,6 +24,7 @@ import collections.abc
 import inspect
 import re
 import textwrap
+import typing
 
 import libcst as cst
 
@@ -85,6 +86,22 @@ class FastVisitor(cst.CSTVisitor):
 
   def on_visit(self, node):
     # cst.CSTVisitor.on_visit, with the visit_X look-up cached per class
+    plans = _PLANS.get(type(self))
+    if plans is None:
+      plans = _plans_of(type(self))
+    if plans is not False:  # hooks only: the walk below, without calls of
+      # on_visit / on_leave per node
+      plan = plans.get(type(node))
+      if plan is None:
+        plan = _plan(plans, type(self), type(node))
+      visit, _, fields = plan
+      if visit is not None and visit(self, node) is False:
+        return False
+      if fields is None:
+        return True  # libcst walks its children (_LIBCST_WALKS)
+      _walk_children(self, node, fields, plans, _skipped(type(self),
+                                                         cst.CSTVisitor))
+      return False
     key = (type(self), type(node))
     hook = _HOOKS.get(key, _MISSING)
     if hook is _MISSING:
@@ -92,13 +109,17 @@ class FastVisitor(cst.CSTVisitor):
           node).__name__, cst.CSTVisitor)
     if hook is not None and hook(self, node) is False:
       return False
-    fields = _FIELDS.get(type(node))
+    skip = _skipped(type(self), cst.CSTVisitor)
+    fields = (_FIELDS if skip is not TOKENS else _NONTOKEN_FIELDS).get(
+        type(node))
     if fields is None:
       fields = _fields_of(type(node))
+      if skip is TOKENS:
+        fields = _NONTOKEN_FIELDS[type(node)] = tuple(
+            f for f in fields if f not in _token_fields(type(node)))
     if type(node) in _LIBCST_WALKS:
       return True
     on_visit, on_leave = self.on_visit, self.on_leave
-    skip = _skipped(type(self), cst.CSTVisitor)
     for field in fields:
       value = getattr(node, field)
       kind = _KINDS.get(type(value)) or _kind(type(value))
@@ -125,6 +146,90 @@ class FastVisitor(cst.CSTVisitor):
           original_node).__name__, cst.CSTVisitor)
     if hook is not None:
       hook(self, original_node)
+
+
+_NONTOKEN_FIELDS = {}  # node class -> its fields that are not _token_fields
+_PLANS = {}  # visitor class -> {node class: (visit_X, leave_X, fields)},
+# or False where the class has its own on_visit / on_leave (called per node)
+
+
+def _plans_of(cls):
+  own = (cls.on_visit is FastVisitor.on_visit
+         and cls.on_leave is FastVisitor.on_leave)
+  plans = _PLANS[cls] = {} if own else False
+  return plans
+
+
+def _plan(plans, cls, node_cls):
+  """(visit hook, leave hook, fields walked; None: libcst walks them) of
+  ``node_cls`` for visitor class ``cls``."""
+  fields = _FIELDS.get(node_cls)
+  if fields is None:
+    fields = _fields_of(node_cls)
+  if node_cls in _LIBCST_WALKS:
+    fields = None
+  elif _skipped(cls, cst.CSTVisitor) is TOKENS:
+    fields = tuple(f for f in fields if f not in _token_fields(node_cls))
+  plan = plans[node_cls] = (
+      _own_hook(cls, 'visit_' + node_cls.__name__, cst.CSTVisitor),
+      _own_hook(cls, 'leave_' + node_cls.__name__, cst.CSTVisitor), fields)
+  return plan
+
+
+_TOKEN_FIELDS = {}  # node class -> its fields that can hold tokens only
+
+
+def _token_fields(node_cls):
+  """The fields of ``node_cls`` whose annotated type holds nothing but
+  ``TOKENS`` (``Call.lpar``, ``Arg.comma``, ``Attribute.dot``): a walk
+  that steps over tokens has nothing to do there.  Read from the node's
+  dataclass annotations; none where they cannot be read."""
+  out = _TOKEN_FIELDS.get(node_cls)
+  if out is not None:
+    return out
+  try:
+    hints = typing.get_type_hints(node_cls)
+  except Exception:  # pylint: disable=broad-except
+    hints = {}
+
+  def tokens_only(t):
+    if typing.get_origin(t) is not None:
+      return all(tokens_only(a) for a in typing.get_args(t))
+    return t in TOKENS or t is type(None) or t is cst.MaybeSentinel
+
+  out = _TOKEN_FIELDS[node_cls] = frozenset(
+      f for f, t in hints.items() if tokens_only(t))
+  return out
+
+
+def _walk_children(self, node, fields, plans, skip):
+  """``FastVisitor.on_visit``'s walk below ``node``, for a visitor of
+  hooks only: per child its visit hook, its children (unless the hook
+  said False), its leave hook, as libcst calls them."""
+  for field in fields:
+    value = getattr(node, field)
+    kind = _KINDS.get(type(value)) or _kind(type(value))
+    if kind == _NODE:
+      children = (value,)
+    elif kind == _SEQUENCE:
+      children = value
+    else:
+      continue
+    for child in children:
+      t = type(child)
+      if t in skip:
+        continue
+      plan = plans.get(t)
+      if plan is None:
+        plan = _plan(plans, type(self), t)
+      visit, leave, child_fields = plan
+      if visit is None or visit(self, child) is not False:
+        if child_fields is None:
+          child._visit_and_replace_children(self)  # pylint: disable=protected-access
+        elif child_fields:
+          _walk_children(self, child, child_fields, plans, skip)
+      if leave is not None:
+        leave(self, child)
 
 
 def _token_classes():
@@ -290,6 +395,13 @@ class FastTransformer(cst.CSTTransformer):
     super().__init_subclass__(**kwargs)
     _refuse_attribute_hooks(cls, FastTransformer, 'cst.CSTTransformer')
 
+  # A mixin whose on_visit / on_leave do something more for statements
+  # only (cst_util.TodoComments) sets STATEMENT_WRAPPER = True and defines
+  # ``enter_statement(node)`` (before the visit hook; False: the children
+  # are not walked) and ``leave_statement(original_node, result)`` (after
+  # the leave hook): the walk then calls those and the hooks itself, not
+  # on_visit / on_leave per node.
+
   def on_visit(self, node):
     # cst.CSTTransformer.on_visit, the visit_X look-up cached per class
     # (libcst's empty stubs left out)
@@ -310,17 +422,37 @@ class FastTransformer(cst.CSTTransformer):
 
   def walk(self, node):
     """``node.visit(self)``, copying only what changes."""
-    if self.on_visit(node):
-      fields = _TFIELDS.get(type(node), _MISSING)
-      if fields is _MISSING:
-        fields = _transform_fields(type(node))
-      updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
-                 if fields is None else self._children(node, fields))
-    else:
-      updated = node
-    result = self.on_leave(node, updated)
-    if not isinstance(result, (cst.CSTNode, cst.RemovalSentinel,
-                               cst.FlattenSentinel)):
+    mode, plans = _TPLANS.get(type(self)) or _tplans_of(type(self))
+    if mode == _GENERIC:  # its own on_visit / on_leave: called per node
+      if self.on_visit(node):
+        fmap = _TWALKED.get(type(self))
+        if fmap is None:
+          fmap = _TWALKED[type(self)] = {}
+        fields = fmap.get(type(node), _MISSING)
+        if fields is _MISSING:
+          fields = _walked_fields(fmap, type(self), type(node))
+        updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
+                   if fields is None else self._children(node, fields))
+      else:
+        updated = node
+      result = self.on_leave(node, updated)
+    else:  # hooks only (and a STATEMENT_WRAPPER's statement calls)
+      plan = plans.get(type(node))
+      if plan is None:
+        plan = _tplan(plans, type(self), type(node))
+      visit, leave, fields, statement = plan
+      statement = statement and mode == _STATEMENTS
+      keep_out = statement and self.enter_statement(node) is False
+      if (visit is None or visit(self, node) is not False) and not keep_out:
+        updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
+                   if fields is None else self._children(node, fields))
+      else:
+        updated = node
+      result = updated if leave is None else leave(self, node, updated)
+      if statement:
+        result = self.leave_statement(node, result)
+    if result is not updated and not isinstance(
+        result, (cst.CSTNode, cst.RemovalSentinel, cst.FlattenSentinel)):
       raise cst.CSTValidationError(
           'Expected a node of type CSTNode or a RemovalSentinel, but got a '
           f'return value of {type(result).__name__}')
@@ -383,6 +515,64 @@ class FastTransformer(cst.CSTTransformer):
         changes = {}
       changes[field] = new
     return node if changes is None else node.with_changes(**changes)
+
+
+_TWALKED = {}  # transformer class -> {node class: its fields walked}
+# how FastTransformer.walk calls a transformer class's hooks: through its
+# own on_visit / on_leave; the hooks directly; the hooks and a
+# STATEMENT_WRAPPER's enter_statement / leave_statement
+_GENERIC, _HOOKS_ONLY, _STATEMENTS = range(3)
+# transformer class -> (its mode, {node class: (visit_X, leave_X, fields
+# walked, whether the node is a statement)})
+_TPLANS = {}
+
+
+def _definer(cls, name, after=None):
+  """The class of ``cls``'s MRO (after ``after``) whose body defines
+  ``name``."""
+  mro = cls.__mro__
+  if after is not None:
+    mro = mro[mro.index(after) + 1:]
+  return next((k for k in mro if name in vars(k)), None)
+
+
+def _tplans_of(cls):
+  v, l = _definer(cls, 'on_visit'), _definer(cls, 'on_leave')
+  if v is FastTransformer and l is FastTransformer:
+    mode = _HOOKS_ONLY
+  elif (v is l and vars(v).get('STATEMENT_WRAPPER')
+        and _definer(cls, 'on_visit', v) is FastTransformer
+        and _definer(cls, 'on_leave', v) is FastTransformer):
+    mode = _STATEMENTS
+  else:
+    mode = _GENERIC
+  out = _TPLANS[cls] = (mode, {})
+  return out
+
+
+def _tplan(plans, cls, node_cls):
+  fmap = _TWALKED.get(cls)
+  if fmap is None:
+    fmap = _TWALKED[cls] = {}
+  fields = fmap.get(node_cls, _MISSING)
+  if fields is _MISSING:
+    fields = _walked_fields(fmap, cls, node_cls)
+  plan = plans[node_cls] = (
+      _own_hook(cls, 'visit_' + node_cls.__name__),
+      _own_hook(cls, 'leave_' + node_cls.__name__), fields,
+      issubclass(node_cls, cst.BaseStatement))
+  return plan
+
+
+def _walked_fields(fmap, cls, node_cls):
+  """``_transform_fields(node_cls)``, less the fields that hold tokens
+  only where ``cls`` steps over tokens."""
+  fields = _transform_fields(node_cls)
+  if fields and _skipped(cls, cst.CSTTransformer) is TOKENS:
+    fields = tuple((f, k) for f, k in fields
+                   if f not in _token_fields(node_cls))
+  fmap[node_cls] = fields
+  return fields
 
 
 _THOOKS = {}  # (transformer class, node class) -> its visit_X or None

@@ -170,8 +170,10 @@ class CallFacts:
     whose keys the facts follow; every parameter may take its values
     where a key is not known here."""
     vals = self.expr_values(rel, qual, expr)
-    if not vals and self._final:
-      vals = {UNKNOWN}
+    if not vals:
+      self._read(shared.FINAL)  # (re-applied in the last round)
+      if self._final:
+        vals = {UNKNOWN}
     changed = False
     for v in vals:
       keys = self.dict_keys(v)

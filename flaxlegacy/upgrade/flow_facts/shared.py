@@ -81,6 +81,11 @@ def params(fn):
   return pos, kwonly, star, starstar
 
 
+# a slot no value is added to: read by the constraints that do something
+# else in the last round of a solve (flow.py ``_final``)
+FINAL = ('final',)
+
+
 class Values(dict):
   """``Flow.values`` while a fixpoint runs: with ``reads`` a set, every
   look-up of a slot is recorded in it (the slots one constraint read)."""

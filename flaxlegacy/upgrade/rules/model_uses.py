@@ -199,6 +199,7 @@ class ModelUses:
       elif slot[0] == 'r':
         funcs.setdefault(slot[2].split('.')[-1], set()).add(slot)
     modules = getattr(flow, 'modules', {})
+    texts = getattr(flow, 'statement_texts', {})
     for rel, module in modules.items():
       file_names = names.get(rel, {})
       if not (file_names or attrs or funcs):
@@ -206,7 +207,15 @@ class ModelUses:
       # a name's slot is in its own file; attributes and returns are
       # reached from any file
       v = _Uses(flow, rel, file_names, attrs, funcs)
-      module.visit(v)
+      stmts = texts.get(rel)
+      if stmts is None or len(stmts) != len(module.body):
+        module.visit(v)
+      else:  # only the top-level statements that write one of the words
+        words = [w for ws in (file_names, attrs, funcs) for w in ws]
+        v.stack.append(module)
+        for stmt, text in zip(module.body, stmts):
+          if any(w in text for w in words):
+            stmt.visit(v)
       for slot, node, parent, grand, qual in v.out:
         self.occurrences.setdefault(slot, []).append(
             (node, parent, grand, rel, qual))

@@ -74,8 +74,11 @@ _FLAX_TODAY = ('flax.linen', 'flax.core', 'flax.training', 'flax.struct',
                'flax.serialization', 'flax.jax_utils')
 
 
-def run(file_facts, report, module, code=None, written=None):
+def run(file_facts, report, module, code=None, written=None, known=None):
   """The module with early-linen code rewritten (the same object if none).
+
+  ``known``: a cst_util.StatementTexts of the file's statements (their
+  source is not generated again).
 
   Runs after the legacy rules, with the imports as written, and only on
   files that import today's flax API (``_FLAX_TODAY``, or ``import flax``).
@@ -109,7 +112,8 @@ def run(file_facts, report, module, code=None, written=None):
     r.written = written
     new = _common.apply(r, module)
     if new is not module:
-      module, code = new, cst_util.code(new)
+      module = new
+      code = cst_util.code(new) if known is None else known.code(new)
   if needed:
     module = _common.add_imports(module, needed)
   return module

@@ -114,13 +114,13 @@ class Rule(cst_util.TodoComments, walk.FastTransformer):
     self.changed = True
     super().todo(node, why)
 
-  def on_visit(self, node):
-    visit = super().on_visit(node)
-    if isinstance(node, cst.BaseStatement) and has_todo(node):
+  def enter_statement(self, node):
+    super().enter_statement(node)
+    if has_todo(node):
       # The upgrade was unsure here (legacy flax.nn code it left, a form
       # these rules did not recognise): not early linen to rewrite.
       return False
-    return visit
+    return None
 
 
 def has_todo(stmt):
