@@ -211,6 +211,20 @@ def run_block(block, c):
     blk = Block.shared(features=x.shape[-1], name='blk')
     x = jax.vmap(functools.partial(run_block, blk))(x)
 ''', 'x = jax.vmap(functools.partial(run_block, blk))(x)', 'nn.vmap'),
+    'partial_of_method_binds_shared_block': ('', '''
+  def _run(self, block, c):
+    return block(c)
+''', '''
+    blk = Block.shared(features=x.shape[-1], name='blk')
+    x = jax.vmap(functools.partial(self._run, blk))(x)
+''', 'x = jax.vmap(functools.partial(self._run, blk))(x)', 'nn.vmap'),
+    'lambda_in_method_reads_param': ('', '''
+  def _scale(self, c):
+    f = lambda r: r * self.param('w', (r.shape[-1],), waves)
+    return f(c)
+''', '''
+    x = jax.remat(lambda c: self._scale(c))(x)
+''', 'x = jax.remat(lambda c: self._scale(c))(x)', 'nn.remat'),
     'remat_method': ('', '''
   def _block(self, c):
     return nn.Dense(c, c.shape[-1], kernel_init=waves, name='d')

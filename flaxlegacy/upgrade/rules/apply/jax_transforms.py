@@ -162,12 +162,14 @@ class JaxTransformRules:
         out.append((d.node, _Followed(v[1], v[2], d.is_method, bound)))
     return out
 
-  def _bound_modules(self, partial, fn):
-    """The parameters of ``fn`` (a FunctionDef of the codebase) that
+  def _bound_modules(self, partial, fn, method):
+    """The parameters of ``fn`` (a FunctionDef of the codebase; ``method``:
+    a method, bound: its self is not among them) that
     ``functools.partial(fn, ...)`` (``partial``, in this body) binds to a
     submodule of the body (a shared instance, a module reference)."""
     ps = fn.params
     pos = [p.name.value for p in list(ps.posonly_params) + list(ps.params)]
+    pos = pos[1:] if method else pos
     out = set()
     i = 0
     for a in partial.args[1:]:
@@ -216,7 +218,8 @@ class JaxTransformRules:
       if q == 'functools.partial' and expr.args:
         out = self._functions(expr.args[0].value, seen, where)
         if where is None:  # partial(f, block): f's ``block`` a submodule
-          out = [(f, w._replace(bound=self._bound_modules(expr, f)))
+          out = [(f, w._replace(bound=self._bound_modules(expr, f,
+                                                          w.is_method)))
                  if w is not None and isinstance(f, cst.FunctionDef)
                  else (f, w) for f, w in out]
         return out
@@ -297,8 +300,9 @@ class JaxTransformRules:
     functions and methods it calls in turn."""
     code = functools.partial(cst_util.code, module=self._module_of(where))
     self_name = None
-    if where.is_method and isinstance(fn, cst.FunctionDef):
-      ps = list(fn.params.posonly_params) + list(fn.params.params)
+    if where.is_method:  # (a lambda inside the method: the method's self)
+      d = self.ctx.codebase.flow.defs[(where.rel, where.qual)]
+      ps = list(d.node.params.posonly_params) + list(d.node.params.params)
       self_name = ps[0].name.value if ps else None
     calls = _Calls()
     fn.body.visit(calls)
