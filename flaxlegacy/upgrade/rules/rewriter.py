@@ -372,6 +372,9 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     values = self.flow_values(f)
     if not values or not any(v[0] == 'class' for v in values):
       return None
+    written = getattr(self.ctx, 'written', None)
+    if written is not None and written.get(original_node) is None:
+      return None  # a construction the program rules wrote (``Net()``)
     self.todo(original_node, f'{self.ctx.code_of(f)}(...): a legacy module '
               'called outside a module body; linen builds a module from '
               'its fields and calls it with its inputs, inside a compact '
