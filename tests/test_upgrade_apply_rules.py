@@ -64,7 +64,7 @@ def test_file_call_cases_are_the_upgraders_in_order():
   # module-level .partial (and its TODO) last, as it always answers
   own = [fn for n, fn in vars(rewriter.Upgrader).items()
          if n.startswith('_call_')]
-  assert len(own) == 3
+  assert len(own) == 4
   assert rewriter.FILE_CALL_CASES[1:] == tuple(own)
   assert rewriter.FILE_CALL_CASES[-1] is (
       rewriter.Upgrader._call_module_level_partial)  # pylint: disable=protected-access

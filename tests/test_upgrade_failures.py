@@ -46,6 +46,26 @@ def test_one_failing_file_is_left_as_it_was_and_reported(tmp_path,
   assert 'not upgraded: ' in report_lib.summary_text(report)
 
 
+def test_upgrade_source_contains_a_failing_rule(monkeypatch):
+  # one string: the same containment as a tree (the source as it was, the
+  # failure in the report), not the rule's exception
+  from flaxlegacy.upgrade.rules import modules  # pylint: disable=g-import-not-at-top
+
+  def broken(*args, **kwargs):
+    raise KeyError('a construct no rule knows')
+
+  monkeypatch.setattr(modules, 'convert_class', broken)
+  new, report = api.upgrade_source(GOOD, path='m.py')
+  assert new == GOOD
+  assert report.failed.startswith('m.py: the upgrade failed on this file')
+  assert "KeyError: 'a construct no rule knows'" in report.failed
+  assert report.as_dict()['failed'] == report.failed
+  assert report.rewritten == [] and report.left == []
+  monkeypatch.undo()
+  new, report = api.upgrade_source(GOOD, path='m.py')
+  assert 'nn.compact' in new and report.failed is None
+
+
 def test_module_level_partial_of_a_layer_alias():
   new, report = api.upgrade_source(textwrap.dedent('''\
       from flax import nn

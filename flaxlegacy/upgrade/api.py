@@ -193,6 +193,10 @@ def upgrade_source(code, path='<source>', names='legacy'):
   differs from legacy's, so legacy parameter trees load unchanged) or
   'linen' (linen's own names where known; ``FileReport.renames`` holds the
   rename-map entries, rules/linen_names.py).
+
+  A rule that fails on the source is contained as ``upgrade_paths``
+  contains it: the source comes back as it was, with the failure in
+  ``FileReport.failed`` (a syntax error still raises ``SyntaxError``).
   """
   _check_names(names)
   sf = SourceFile('', path, path)
@@ -202,8 +206,7 @@ def upgrade_source(code, path='<source>', names='legacy'):
     if sf.error:
       raise SyntaxError(sf.error)
     codebase = _analyse([sf], names)
-    new = transform.upgrade_module(path, sf.module, codebase, sf.report,
-                                   sf.statement_texts, sf.code)
+    new = _upgrade_file(sf, codebase)
   return new, sf.report
 
 

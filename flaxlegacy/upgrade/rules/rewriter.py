@@ -358,6 +358,30 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
                                         *plan[1])
     return None
 
+  def _call_module_outside_body(self, original_node, updated_node):
+    """A call of a legacy module class of the codebase outside module
+    bodies (a plain function the layer-function rule did not take: used
+    as a value, a callback): a TODO, else None.  Legacy bound it to the
+    module whose ``apply`` ran; in linen ``Block(x, features=...)`` builds
+    a module from its fields (a TypeError, or a module never called)."""
+    f = original_node.func
+    if (type(self).leave_Call is not Upgrader.leave_Call
+        or not isinstance(f, (cst.Name, cst.Attribute))
+        or id(f) in self._handled):
+      return None
+    values = self.flow_values(f)
+    if not values or not any(v[0] == 'class' for v in values):
+      return None
+    written = getattr(self.ctx, 'written', None)
+    if written is not None and written.get(original_node) is None:
+      return None  # a construction the program rules wrote (``Net()``)
+    self.todo(original_node, f'{self.ctx.code_of(f)}(...): a legacy module '
+              'called outside a module body; linen builds a module from '
+              'its fields and calls it with its inputs, inside a compact '
+              'method: port this function by hand (or call the module from '
+              'the body that uses it)')
+    return updated_node
+
   def _call_module_level_partial(self, original_node, updated_node):
     """``X.partial(...)`` outside module bodies (rules/partials.py); an X
     not known as a legacy module gets a TODO (the last case: always
@@ -443,6 +467,7 @@ FILE_CALL_CASES = (
     recurrent.leave_call,
     Upgrader._call_jax_name,
     Upgrader._call_local_partial,
+    Upgrader._call_module_outside_body,
     Upgrader._call_module_level_partial,
 )
 # pylint: enable=protected-access
