@@ -146,8 +146,8 @@ flat = ''')
   code = (out / 'run.py').read_text()
   assert ('model.Scaled(scale=3.0).init_with_output(jax.random.PRNGKey(0), '
           'jnp.ones((2, 4), jnp.float32), jnp.ones(3))') in code, code
-  assert (TODO + ': model call: Scaled.apply argument(s) passed positionally '
-          'here, field(s) of the upgraded class: scale (a .partial binds it)'
+  assert (TODO + ': model call: argument(s) passed positionally here are '
+          'field(s) of the upgraded class: Scaled.scale (a .partial binds it)'
           ) in code, code
   assert 'z = m(jnp.ones((2, 4)), jnp.ones(3), 3.0)' in code, code
   assert report['files']['run.py']['left']

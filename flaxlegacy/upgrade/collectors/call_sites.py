@@ -165,17 +165,21 @@ def refine_split(codebase, sites):
 def field_calls(codebase, sites):
   """{(rel, id(call)): why} of the model calls that pass a field
   positionally (after the split is final)."""
-  out = {}
+  found = {}  # (rel, id(call)) -> [(class, parameter, why)]
   for rel, call, kind, info, params in sites:
     if kind != 'model':
       continue
-    left = [p for p in params if p in info.fields]
-    if not left:
-      continue
-    why = ', '.join(f'{p} ({_bound(codebase, info, p) or "a field"})'
-                    for p in left)
-    why = (f'{info.name}.apply argument(s) passed positionally here, '
-           f'field(s) of the upgraded class: {why}')
-    prev = out.get((rel, id(call)))
-    out[(rel, id(call))] = f'{prev}; {why}' if prev else why
+    for p in params:
+      if p in info.fields:
+        item = (info.name, p, _bound(codebase, info, p) or 'a field')
+        where = found.setdefault((rel, id(call)), [])
+        if item not in where:
+          where.append(item)
+  out = {}
+  for key, items in found.items():
+    names = [f'{c}.{p} ({why})' for c, p, why in items[:4]]
+    if len(items) > 4:
+      names.append(f'{len(items) - 4} more')
+    out[key] = ('argument(s) passed positionally here are field(s) of the '
+                f'upgraded class: {", ".join(names)}')
   return out
