@@ -110,10 +110,10 @@ def test_call_taken_as_a_function_upgraded_and_same_numbers(tmp_path):
 
 def test_call_as_a_function_of_a_module_whose_inputs_are_not_first_is_a_todo(
     tmp_path):
-  # legacy Two.call(params, x, 2.0, y): ``scale`` is a field in linen, so
-  # the positional arguments of the function cannot be passed on as inputs
-  # (a required ``scale`` ahead of the required input ``y`` would be an
-  # input too: tests/test_upgrade_positional_split.py)
+  # legacy Two.call(params, x, 2.0, y): ``scale`` is a field in linen (a
+  # .partial binds it), so the positional arguments of the function cannot
+  # be passed on as inputs (without the .partial, init_by_shape passing it
+  # positionally makes it an input: tests/test_upgrade_positional_split.py)
   files = {
       'net.py': '''\
           from flax import nn
@@ -131,6 +131,7 @@ def test_call_as_a_function_of_a_module_whose_inputs_are_not_first_is_a_todo(
               jax.random.PRNGKey(0), [((1, 3), jnp.float32)], 2.0,
               jnp.ones(3))
           fn = net.Two.call
+          half = net.Two.partial(scale=0.5)
           ''',
   }
   _, out, report = upgrade_run.upgrade_dir(tmp_path, files)

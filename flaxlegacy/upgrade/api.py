@@ -140,6 +140,8 @@ def _analyse(files, names='legacy', observed=None, configs=()):
   if observed:
     values.observe(observed)
   codebase.flow = values.solve()
+  # how the call sites the value facts see pass each parameter
+  codebase.split_by_call_sites()
   return codebase
 
 

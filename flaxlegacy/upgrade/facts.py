@@ -19,7 +19,11 @@ The split (recorded in upgrade.json):
     as the first positional argument of a call (a layer, a module, a
     ``jnp`` function) -- is a call parameter, and so is one passed on to a
     child module as one of the child's call parameters (to a fixpoint);
-  * everything else (sizes, flags, dtypes, initialisers, config) is a field.
+  * everything else (sizes, flags, dtypes, initialisers, config) is a field;
+  * then (``split_by_call_sites``, once the value facts are solved): a
+    field that a life cycle call or a model call passes positionally is a
+    call parameter, unless a ``.partial`` binds it too
+    (collectors/call_sites.py).
   ``**kwargs`` becomes a dict field of the same name (``var_kw``).
 
 Layer 2 (cst_util.py lists the layers): this module runs the per-concept
@@ -37,6 +41,7 @@ import libcst as cst
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
+from flaxlegacy.upgrade.collectors import call_sites as call_site_facts
 from flaxlegacy.upgrade.collectors import helpers as helper_facts
 from flaxlegacy.upgrade.collectors import methods as method_facts
 from flaxlegacy.upgrade.collectors import programs as program_facts
@@ -77,6 +82,11 @@ class ModuleInfo:
   # legacy life cycle (``P.init(rng, ...)``, ``P.call(params, ...)``):
   # rigl's masking wrapper (rules/drivers.py)
   driven: set = dataclasses.field(default_factory=set)
+  # how the codebase's call sites pass the parameters (collectors/
+  # call_sites.py): parameter -> [(file, call)] of the calls passing it
+  # positionally; the parameters some call passes by keyword
+  positional_at: dict = dataclasses.field(default_factory=dict)
+  keyword_at: set = dataclasses.field(default_factory=set)
 
   def report(self):
     out = {'file': self.file, 'class': self.name, 'fields': self.fields,
@@ -448,6 +458,9 @@ class CodebaseFacts:
     # 'legacy': keep legacy auto-names (explicit name=); 'linen': linen's own
     # per-type names where they are known statically, plus a rename map
     self.names_mode = 'legacy'
+    # (rel, id(call)) -> why: model calls passing a field positionally
+    # (split_by_call_sites)
+    self.positional_field_calls = {}
 
   def module(self, file_facts, name):
     """The module class ``name`` as seen from a file: its own first."""
@@ -527,8 +540,26 @@ class CodebaseFacts:
     helper_facts.move_shared_call_params(self, infos)
     # A subclass without apply of its own takes its base's split.
     subclass_facts.inherit_splits(self)
-    # A parameter passed on as a call parameter of a child module is one too
-    # (``Decoder(targets=targets)``); repeat until nothing moves.
+    self._pass_on_call_params(infos)
+    return self
+
+  def split_by_call_sites(self):
+    """Refines the split by how the call sites the value facts see pass
+    each parameter (collectors/call_sites.py); after ``finish``, once
+    ``self.flow`` is solved."""
+    self.positional_field_calls = {}
+    if self.flow is None:
+      return self
+    sites = call_site_facts.collect(self, self.flow)
+    if call_site_facts.refine_split(self, sites):
+      self._pass_on_call_params(
+          [i for f in self.files.values() for i in f.modules.values()])
+    self.positional_field_calls = call_site_facts.field_calls(self, sites)
+    return self
+
+  def _pass_on_call_params(self, infos):
+    """A parameter passed on as a call parameter of a child module is one
+    too (``Decoder(targets=targets)``); repeat until nothing moves."""
     changed = True
     while changed:
       changed = False
@@ -553,7 +584,6 @@ class CodebaseFacts:
               changed = True
       for info in infos:  # keep the legacy order
         info.call.sort(key=info.params.index)
-    return self
 
 
 FACT_MARKERS = re.compile(

@@ -104,6 +104,15 @@ class ModelRules:
   def _model_call(self, call, updated=None):
     """(plans.ModelApply, the innermost ``nn.stateful`` entry or None) of
     a model call (a Call node), or None."""
+    why = self.codebase.positional_field_calls.get((self.f.path, id(call)))
+    if why:
+      # a field passed positionally (collectors/call_sites.py): no apply
+      # of the upgraded class takes it there
+      if id(call) not in self._unknown_calls:
+        self._unknown_calls.add(id(call))
+        self.todo(call, f'model call: {why}: pass them to the module\'s '
+                  'constructor by hand')
+      return None
     f = call.func
     method = None
     if isinstance(f, cst.Attribute) and self._module_method(f.attr.value) and (
