@@ -36,6 +36,13 @@ class Block(nn.Module):
 
   def apply(self, x, features=4):
     return x + nn.Dense(x, features, kernel_init=waves, name='dense')
+
+
+class Cell(nn.Module):
+
+  def apply(self, carry, x):
+    y = nn.Dense(x, carry.shape[-1], kernel_init=waves, name='d')
+    return carry + y, y
 '''
 
 # (body lines, the transform statement that must carry the TODO, lifted)
@@ -77,6 +84,15 @@ CASES = {
     x = lax.cond(x.sum() > 0, lambda c: blocks[0](c), lambda c: c, x)
 ''', 'x = lax.cond(x.sum() > 0, lambda c: blocks[0](c), lambda c: c, x)',
                        'nn.cond'),
+    # the submodule itself handed to the transform as its function
+    'vmap_of_shared_module': ('''
+    block = Block.shared(features=x.shape[-1], name='blk')
+    x = jax.vmap(block)(x)
+''', 'x = jax.vmap(block)(x)', 'nn.vmap'),
+    'scan_of_shared_cell': ('''
+    cell = Cell.shared(name='cell')
+    _, x = lax.scan(cell, x[0], x)
+''', '_, x = lax.scan(cell, x[0], x)', 'nn.scan'),
     'decorated_checkpoint': ('''
     @jax.checkpoint
     def step(c):

@@ -29,6 +29,7 @@ stays silent.  ``TRANSFORMS`` is the one table of transforms.
 
 import collections
 import functools
+import itertools
 
 import libcst as cst
 
@@ -326,13 +327,31 @@ class JaxTransformRules:
     flow = getattr(self.ctx.codebase, 'flow', None)
     return flow.modules.get(where.rel) if flow is not None else None
 
+  def _module_itself(self, expr):
+    """The code of ``expr`` if it denotes a module (a submodule handed to
+    the transform as its function: ``jax.vmap(layer)``), else None."""
+    if isinstance(expr, (cst.Lambda, cst.FunctionDef)):
+      return None
+    if self._held_call(expr, self._shared_containers()):
+      return self.ctx.code_of(expr)
+    ref = self.resolver(expr)
+    if ref is not None and ref.kind in _MODULE_KINDS:
+      return self.ctx.code_of(expr)
+    return None
+
   def _transformed(self, name, functions, node):
     for f in functions:
-      for fn, where in self._functions(f, set()):
-        found = self._submodule_call(fn, set(), where)
+      candidates = itertools.chain(
+          [(f, self._module_itself(f))],
+          ((fn, self._submodule_call(fn, set(), where))
+           for fn, where in self._functions(f, set())))
+      for fn, found in candidates:
         if found:
           lifted = TRANSFORMS[name][0]
-          self.todo(node, f'{name} over a function that calls a submodule '
+          what = ('a submodule' if fn is f and not isinstance(
+              f, (cst.Lambda, cst.FunctionDef))
+                  else 'a function that calls a submodule')
+          self.todo(node, f'{name} over {what} '
                     f'({found}): linen cannot create or update variables '
                     'inside a raw JAX transform (UnexpectedTracerError / '
                     f'JaxTransformError at run time); use linen\'s lifted '
