@@ -370,7 +370,11 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
         or id(f) in self._handled):
       return None
     values = self.flow_values(f)
-    if not values or not any(v[0] == 'class' for v in values):
+    # a class of the codebase that is not a legacy module among the values
+    # ('cls': a Keras model where a legacy network is bound too, by name)
+    # says the call may be of another framework's class: left as it is
+    if (not values or not any(v[0] == 'class' for v in values)
+        or any(v[0] == 'cls' for v in values)):
       return None
     written = getattr(self.ctx, 'written', None)
     if written is not None and written.get(original_node) is None:
