@@ -321,3 +321,65 @@ def test_plain_class_a_binding_names_is_not_a_module_class_to_partial(
       v for v in vals if v[0] == 'class'}
   # read as a plain value it stays
   assert plain in flow_lib.usable({plain}, None, flow)
+
+
+def test_qualified_gin_reference_picks_the_file_it_names(tmp_path):
+  """Two configurables of the same name in two files (dopamine's
+  TensorFlow ``gym_lib.CartpoleDQNNetwork`` and the JAX one): a binding
+  that names one with its module (``@gym_lib.CartNet``) gives that one
+  only, as gin resolves it; a bare ``@CartNet`` keeps both."""
+  files = dict(GIN_STUB)
+  files.update({
+      'tfnets/__init__.py': '',
+      'tfnets/gym_lib.py': '''
+          import collections
+
+          import gin
+
+
+          @gin.configurable
+          class CartNet(collections.OrderedDict):
+            pass
+          ''',
+      'jaxnets/__init__.py': '',
+      'jaxnets/networks.py': '''
+          import gin
+          from flax import nn
+
+
+          @gin.configurable
+          class CartNet(nn.Module):
+
+            def apply(self, x):
+              return nn.Dense(x, 2)
+          ''',
+      'agent.py': '''
+          import gin
+
+
+          @gin.configurable
+          class Agent(object):
+
+            def __init__(self, network=None):
+              self.network = network
+
+
+          @gin.configurable
+          class Other(object):
+
+            def __init__(self, network=None):
+              self.network = network
+
+
+          gin.parse_config("Agent.network = @gym_lib.CartNet")
+          gin.parse_config("Other.network = @CartNet")
+          ''',
+  })
+  flow = _flow(tmp_path, files)
+  agent = set(flow.param_values('agent.py', 'Agent.__init__', 'network'))
+  assert ('cls', 'tfnets/gym_lib.py', 'CartNet') in agent, agent
+  assert not any(v[0] == 'class' for v in agent), agent
+  other = set(flow.param_values('agent.py', 'Other.__init__', 'network'))
+  assert ('cls', 'tfnets/gym_lib.py', 'CartNet') in other, other
+  assert any(v[0] == 'class' and v[1] == 'jaxnets/networks.py'
+             for v in other), other

@@ -41,6 +41,24 @@ def configurable_name(name):
   return name.rsplit('/', 1)[-1].split('.')[-1]
 
 
+def reference_module(name):
+  """The module part a reference ``@scope/pkg.mod.C`` gives: ``'pkg.mod'``
+  (``''`` for ``@C``)."""
+  parts = name.rsplit('/', 1)[-1].split('.')
+  return '.'.join(parts[:-1])
+
+
+def module_matches(rel, module):
+  """Whether a file (``rel``, a path in the tree) can be the module a
+  reference names (``module``: its trailing dotted components, as gin
+  matches a partly qualified name)."""
+  path = rel[:-3] if rel.endswith('.py') else rel
+  dotted = path.replace('/', '.')
+  if dotted.endswith('.__init__'):
+    dotted = dotted[:-len('.__init__')]
+  return ('.' + dotted).endswith('.' + module)
+
+
 def statements(text):
   """``(lhs, value text)`` of each binding or macro in a config text
   (``import`` / ``include`` lines and comments left out)."""
@@ -66,10 +84,10 @@ def statements(text):
 
 def value_parts(value):
   """What a binding's value text refers to: ``(references, macros,
-  literal)`` -- references as ``(name, called)``, macro names, and whether
+  literal)`` -- references as ``(name, called, module)``, macro names, and whether
   anything else (a literal) is in it."""
-  refs = [(configurable_name(n), bool(c)) for n, c in _REFERENCE.findall(
-      value)]
+  refs = [(configurable_name(n), bool(c), reference_module(n))
+          for n, c in _REFERENCE.findall(value)]
   macros = _MACRO.findall(value)
   rest = _MACRO.sub('', _REFERENCE.sub('', value)).strip(' \n[](),')
   return refs, macros, bool(rest) or not (refs or macros)

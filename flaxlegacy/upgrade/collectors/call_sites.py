@@ -177,6 +177,9 @@ def field_calls(codebase, sites):
           where.append(item)
   out = {}
   for key, items in found.items():
+    # sorted: the sites come from value sets, whose order is the hash
+    # seed's (the TODO text must not change between runs)
+    items = sorted(items)
     names = [f'{c}.{p} ({why})' for c, p, why in items[:4]]
     if len(items) > 4:
       names.append(f'{len(items) - 4} more')

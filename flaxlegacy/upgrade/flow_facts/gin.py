@@ -75,8 +75,8 @@ class GinFacts:
   def _gin_text_values(self, value, seen):
     refs, macros, literal = gin_bindings.value_parts(value)
     out = {GINVAL} if literal else set()
-    for name, called in refs:
-      out |= self._gin_reference(name, called)
+    for name, called, module in refs:
+      out |= self._gin_reference(name, called, module)
     for m in macros:
       if ('ginmacro', m) in self.values:
         out |= self.values[('ginmacro', m)]
@@ -86,13 +86,20 @@ class GinFacts:
         out.add(UNKNOWN)
     return out
 
-  def _gin_reference(self, name, called):
-    """What ``@name`` (``called``: ``@name()``) gives."""
+  def _gin_reference(self, name, called, module=''):
+    """What ``@name`` (``called``: ``@name()``) gives; ``module``: the
+    module part the reference was written with (``@gym_lib.C``), which
+    picks among registrations of the same name in several files, as gin
+    does (all of them where no file matches it: a ``module=`` given to
+    the registration is not read)."""
     out = set()
     found = False
-    for gname, rel, qual, kind in self.gin_regs:
-      if gname != name:
-        continue
+    regs = [r for r in self.gin_regs if r[0] == name]
+    if module and len(regs) > 1:
+      narrowed = [r for r in regs
+                  if gin_bindings.module_matches(r[1], module)]
+      regs = narrowed or regs
+    for gname, rel, qual, kind in regs:
       found = True
       if kind == 'cls':
         out.add(('instance', rel, qual) if called else ('cls', rel, qual))
