@@ -82,11 +82,6 @@ class ModuleInfo:
   # legacy life cycle (``P.init(rng, ...)``, ``P.call(params, ...)``):
   # rigl's masking wrapper (rules/drivers.py)
   driven: set = dataclasses.field(default_factory=set)
-  # how the codebase's call sites pass the parameters (collectors/
-  # call_sites.py): parameter -> [(file, call)] of the calls passing it
-  # positionally; the parameters some call passes by keyword
-  positional_at: dict = dataclasses.field(default_factory=dict)
-  keyword_at: set = dataclasses.field(default_factory=set)
 
   def report(self):
     out = {'file': self.file, 'class': self.name, 'fields': self.fields,

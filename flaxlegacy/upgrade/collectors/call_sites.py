@@ -9,11 +9,11 @@ other files: ``M.init`` / ``create`` / ``call`` (after the rng / params),
 ``init_by_shape`` / ``create_by_shape`` (after the literal input specs),
 ``model(...)``.  (Not a call in a module body, ``Block(x, 4)``: legacy
 code passes sizes that way, and the rewrite gives a field passed so to the
-constructor, ``Block(features=4)(x)``.)  Per class, ``collect``
-records which parameters a site passes positionally (up to a ``*`` splat:
-what that fills is not known here; ``ModuleInfo.positional_at``) and which
-by keyword (``ModuleInfo.keyword_at``); ``.partial`` / ``.shared`` keywords
-are ``CodebaseFacts.partial_kwargs`` already.  No walk of its own: the value
+constructor, ``Block(features=4)(x)``.)  ``collect`` lists, per site and
+class, the parameters the site passes positionally (up to a ``*`` splat:
+what that fills is not known here); ``.partial`` / ``.shared`` keywords
+are ``CodebaseFacts.partial_kwargs`` already, and a parameter passed by
+keyword works with either split.  No walk of its own: the value
 facts' walk recorded every call (their ``call`` constraints).
 
 ``refine_split``: a parameter some call site passes positionally is a
@@ -74,9 +74,9 @@ def _classes(codebase, flow, rel, qual, method, base):
 
 
 def _positions(call, method):
-  """(apply parameter index of each positional argument, keywords) of a
-  call; indices stop at a ``*`` splat.  None where the specs of
-  ``init_by_shape`` are not a literal list."""
+  """The apply parameter index of each positional argument of a call,
+  up to a ``*`` splat; None where the specs of ``init_by_shape`` are not
+  a literal list."""
   skip = _SKIP[method]
   offset = 0
   if method in ('init_by_shape', 'create_by_shape'):
@@ -87,20 +87,16 @@ def _positions(call, method):
         isinstance(e, cst.StarredElement) for e in specs.elements):
       return None
     offset = len(specs.elements)
-  indices, keywords, i = [], set(), 0
-  splat = False
+  indices, i = [], 0
   for a in call.args:
     if a.star:
-      splat = True
-      continue
+      break  # what a splat fills is not known here
     if a.keyword is not None:
-      keywords.add(a.keyword.value)
       continue
-    if not splat:
-      if i >= skip:
-        indices.append(i - skip + offset)
-      i += 1
-  return indices, keywords
+    if i >= skip:
+      indices.append(i - skip + offset)
+    i += 1
+  return indices
 
 
 def collect(codebase, flow):
@@ -118,16 +114,12 @@ def collect(codebase, flow):
     kind, infos = _classes(codebase, flow, rel, qual, method, base)
     if not infos:
       continue
-    pos = _positions(call, method)
-    if pos is None:
+    indices = _positions(call, method)
+    if indices is None:
       continue
-    indices, keywords = pos
     for info in infos:
       params = [info.params[k] for k in indices if k < len(info.params)
                 and info.params[k] not in info.kwonly]
-      for p in params:
-        info.positional_at.setdefault(p, []).append((rel, call))
-      info.keyword_at.update(keywords & set(info.params))
       if params:
         sites.append((rel, call, kind, info, params))
   return sites
