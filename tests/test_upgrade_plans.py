@@ -246,7 +246,7 @@ class AE(nn.Module):
 
   @nn.module_method
   def embed(self, x):
-    return nn.Dense(x, 3, name='head') * 2
+    return nn.Dense(x, features=3, name='head') * 2
 
 
 class Auto(nn.Module):
@@ -258,6 +258,18 @@ class Auto(nn.Module):
   def embed(self, x):
     """Embeds."""
     return nn.Dense(x, 3)
+
+
+class Tied(nn.Module):
+
+  def apply(self, x):
+    tied = nn.Dense.shared(features=3, name='tied')
+    return nn.Dense(tied(nn.Dense(x, 4, name='inner')), 2, name='out')
+
+  @nn.module_method
+  def encode(self, x):
+    tied = nn.Dense.shared(features=3, name='tied')
+    return tied(nn.Dense(x, 4, name='inner'))
 '''
 
 
@@ -265,16 +277,32 @@ def test_module_methods_shape_the_class_by_plans(monkeypatch):
   plain, _ = api.upgrade_source(METHODS)
   new, log = _upgrade(monkeypatch, METHODS, marker=False)
   assert new == plain
-  # AE: 'head' is built by __call__ and embed under one literal name: once,
-  # in setup, shared by both
-  (setup,) = _plans(log, 'setup')
-  assert [(attr, _code(call)) for attr, call in setup.submodules] == [
-      ('head', "nn.Dense(3, name='head')")]
-  assert [p.attr for p in _plans(log, 'submodule_attr')] == ['head', 'head']
+  # AE: 'head' is built by __call__ and embed under one literal name (the
+  # same legacy parameters, one positional, one keyword): once, in setup,
+  # shared by both; the setup holds the plan of the first place that
+  # built it, each place calls it with its own inputs
+  ae_setup, tied_setup = _plans(log, 'setup')
+  ((attr, built),) = ae_setup.submodules
+  assert attr == 'head' and isinstance(built, plans.SubmoduleCall)
+  assert built.layer.legacy == 'Dense'
+  assert [(h.key, _code(h.arg.value)) for h in built.hypers] == [
+      ('features', '3'), ('name', "'head'")]
+  uses = _plans(log, 'submodule_attr')
+  assert [(p.attr, [_code(a.value) for a in p.call.inputs])
+          for p in uses[:2]] == [('head', ['x']), ('head', ['x'])]
+  assert 'self.head = nn.Dense(3, name=\'head\')' in plain
+  # Tied: the shared instance and 'inner', in setup; 'out', which only
+  # __call__ builds, stays there, built with the setup's submodules
+  assert [(a, type(b).__name__) for a, b in tied_setup.submodules] == [
+      ('tied', 'Instance'), ('inner', 'SubmoduleCall')]
+  assert [(p.attr, p.call is None) for p in uses[2:]] == [
+      ('tied', True), ('inner', False)] * 2
+  assert ("nn.Dense(2, name='out')(tied(self.inner(x)))" in
+          plain.split('class Tied')[1])
   methods = _plans(log, 'module_method')
   # AE's, then Auto's twice: written for the setup form, which then finds
-  # no literal name, and again for the shared scope
-  assert [m.fn.name.value for m in methods] == ['embed'] * 3
+  # no literal name, and again for the shared scope; Tied's
+  assert [m.fn.name.value for m in methods] == ['embed'] * 3 + ['encode']
   # Auto: its submodules are auto-named, so both entry points run in one
   # shared scope that builds them inline
   (scope,) = _plans(log, 'shared_scope')
@@ -283,9 +311,15 @@ def test_module_methods_shape_the_class_by_plans(monkeypatch):
   assert [(s.fn.name.value, s.scope, s.body_name) for s in scoped] == [
       ('__call__', scope.name, '_call_body'),
       ('embed', scope.name, '_embed_body')]
-  # (no marker run here: the setup form finds the submodules in the
-  # written bodies -- a decision still read from linen text, see
-  # docs/decisions.md)
+  # the form is decided from the plans, not from the written text: the
+  # same under marker mode, where every construction is a placeholder
+  marked, log = _upgrade(monkeypatch, METHODS, marker=True)
+  # (setup, a class's structure, is written by the emitter from its plan)
+  bodies = re.sub(r'  def setup\(self\):\n(    .*\n)+', '', marked)
+  for linen_text in ('nn.Dense(', 'self.head', 'self.tied', 'self.inner'):
+    assert linen_text not in bodies, linen_text
+  assert [m for m, _, _ in log].count('setup') == 2
+  assert _put_back(marked, log) == plain
 
 
 CHECKPOINTS = '''\
@@ -593,10 +627,7 @@ def test_program_models_and_collections_are_plans(monkeypatch):
   for linen_text in ('.apply(', 'legacy_rng', 'mutable=', 'rngs=',
                      'method=', 'dict)', '.clone(', 'as_dict'):
     assert linen_text not in body, linen_text
-  # (the program only: the module method's class is shaped from written
-  # bodies, see test_module_methods_shape_the_class_by_plans)
-  assert (_put_back(marked, log).split('def main')[1]
-          == plain.split('def main')[1])
+  assert _put_back(marked, log) == plain
 
 
 USER_OPTIMIZERS = '''\

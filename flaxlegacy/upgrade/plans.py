@@ -264,14 +264,20 @@ class Setup:
   """Submodules built once, when the module is set up, under their legacy
   names, and shared by every method that used them: ``submodules``,
   (attribute, construction) pairs in order; each construction is the
-  rewritten constructor call (the same at every place that built it)."""
+  plan of the first place that built it (a SubmoduleCall, whose inputs
+  are not part of it, or an Instance), the same at every place that
+  built it; or -- built by a rule whose concept is not split into plans
+  yet -- the constructor call as that rule wrote it."""
   submodules: Tuple[Tuple[str, Any], ...]
 
 
 @_plan
 class SubmoduleAttr:
-  """The submodule a Setup built under the attribute ``attr``."""
+  """The submodule a Setup built under the attribute ``attr``: the
+  instance itself, or -- ``call``, a SubmoduleCall that built it where it
+  is used -- called with that call's inputs."""
   attr: str
+  call: Optional[SubmoduleCall] = None
 
 
 @_plan

@@ -128,13 +128,20 @@ class LinenEmitter:
       ctor = add_layer_defaults(layer, ctor)
     return ctor
 
-  def submodule_call(self, plan):
-    """SubmoduleCall -> ``Ctor(hypers..., name=)(inputs...)``."""
+  @staticmethod
+  def _call_args(plan):
+    """The arguments a SubmoduleCall's module is called with (a layer
+    takes its inputs positionally)."""
+    if plan.layer is not None:
+      return [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+              for a in plan.inputs]
+    return list(plan.inputs)
+
+  def _submodule_ctor(self, plan):
+    """The constructor call ``Ctor(hypers..., name=)`` of a
+    SubmoduleCall."""
     if plan.layer is not None:
       ctor = self._layer_ctor(plan.layer, plan.hypers, plan.direct_layer)
-      call_args = [a.with_changes(keyword=None,
-                                  equal=cst.MaybeSentinel.DEFAULT)
-                   for a in plan.inputs]
     else:
       ctor = []
       for h in plan.hypers:
@@ -145,12 +152,15 @@ class LinenEmitter:
         field, items = plan.catch_all
         src = ', '.join(f'{k!r}: {self._ctx.code_of(v)}' for k, v in items)
         ctor.append(cst_util.arg(cst_util.expr('{' + src + '}'), field))
-      call_args = list(plan.inputs)
     if plan.name is not None:
       ctor = list(ctor) + [cst_util.arg(self.name(plan.name), 'name')]
-    return cst.Call(func=cst.Call(func=self.module_expr(plan.module),
-                                  args=cst_util.clean_args(ctor)),
-                    args=cst_util.clean_args(call_args))
+    return cst.Call(func=self.module_expr(plan.module),
+                    args=cst_util.clean_args(ctor))
+
+  def submodule_call(self, plan):
+    """SubmoduleCall -> ``Ctor(hypers..., name=)(inputs...)``."""
+    return cst.Call(func=self._submodule_ctor(plan),
+                    args=cst_util.clean_args(self._call_args(plan)))
 
   def instance(self, plan):
     """Instance -> ``Ctor(hypers..., name=)``."""
@@ -316,9 +326,14 @@ class LinenEmitter:
 
   def setup(self, plan):
     """Setup -> ``def setup(self): self.<attr> = <construction>``."""
-    lines = [cst.parse_statement(
-        f'self.{attr} = {cst.Module([]).code_for_node(call)}\n')
-             for attr, call in plan.submodules]
+    lines = []
+    for attr, built in plan.submodules:
+      if isinstance(built, plans.SubmoduleCall):
+        built = self._submodule_ctor(built)
+      elif isinstance(built, plans.Instance):
+        built = self.instance(built)
+      lines.append(cst.parse_statement(
+          f'self.{attr} = {cst.Module([]).code_for_node(built)}\n'))
     return cst.FunctionDef(
         name=cst.Name('setup'),
         params=cst.Parameters(params=[cst.Param(name=cst.Name('self'))]),
@@ -326,7 +341,12 @@ class LinenEmitter:
         leading_lines=[cst.EmptyLine(indent=False)])
 
   def submodule_attr(self, plan):
-    return cst.Attribute(value=cst.Name('self'), attr=cst.Name(plan.attr))
+    """SubmoduleAttr -> ``self.<attr>``, or ``self.<attr>(inputs...)``."""
+    attr = cst.Attribute(value=cst.Name('self'), attr=cst.Name(plan.attr))
+    if plan.call is None:
+      return attr
+    return cst.Call(func=attr,
+                    args=cst_util.clean_args(self._call_args(plan.call)))
 
   def shared_scope(self, plan):
     """SharedScope -> the one compact method the entry points run in
