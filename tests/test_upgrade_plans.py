@@ -34,7 +34,9 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'model_apply', 'model_value', 'model_params', 'model_type',
                'program_rng', 'stochastic_scope', 'collection_dict',
                'per_step_user_transformation', 'runtime_stateful',
-               'legacy_type', 'initialize_cache')
+               'legacy_type', 'initialize_cache',
+               # subclasses (rules/subclasses.py)
+               'layer_base', 'plain_module_base')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -42,7 +44,7 @@ STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
 # passed through, not recorded (none left in the program pass)
 SOURCES = ()
 STRUCTURE = ('call_method', 'module_class', 'module_base', 'module_method',
-             'setup', 'shared_scope', 'scoped_method')
+             'setup', 'shared_scope', 'scoped_method', 'param_override')
 
 
 class RecordingEmitter:
@@ -841,4 +843,59 @@ def test_program_types_are_plans(monkeypatch):
   marked, log = _upgrade(monkeypatch, TYPES, marker=True)
   for linen_text in ('TrainState', 'DynamicScale', 'dict', 'Any]', ': Any'):
     assert linen_text not in marked.split('class State')[1], linen_text
+  assert _put_back(marked, log) == plain
+
+
+SUBCLASSES = '''\
+import jax.numpy as jnp
+from flax import nn
+
+
+class StdConv(nn.Conv):
+
+  def param(self, name, shape, initializer):
+    init_args = 1
+    p = super().param(name, shape, initializer)
+    if name == 'kernel':
+      p = p - jnp.mean(p)
+    return p
+
+
+class Scaled(nn.Dense):
+
+  def apply(self, x, features):
+    return 2 * nn.Dense(x, features)
+
+
+class Net(nn.Module):
+
+  def apply(self, x):
+    return Scaled(StdConv(x, 3, (3, 3)), 4)
+'''
+
+
+def test_subclasses_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(SUBCLASSES)
+  new, log = _upgrade(monkeypatch, SUBCLASSES, marker=False)
+  assert new == plain
+  # a param override of a legacy layer: the target's layer as its base,
+  # the override with the base's parameter call
+  (base,) = _plans(log, 'layer_base')
+  assert base.layer.legacy == 'Conv'
+  (override,) = _plans(log, 'param_override')
+  assert override.fn.name.value == 'param'
+  (sp,) = override.super_calls
+  assert (_code(sp.name), _code(sp.shape), _code(sp.initializer)) == (
+      'name', 'shape', 'initializer')
+  # (init_args taken: the emitter spells linen's extra arguments apart)
+  assert ('def param(self, name, initializer, shape, *init_args1, '
+          '**init_kwargs):') in plain
+  assert ('super().param(name, initializer, shape, *init_args1, '
+          '**init_kwargs)') in plain
+  # its own apply replaces the legacy layer's: a plain module
+  (plain_base,) = _plans(log, 'plain_module_base')
+  assert _code(plain_base.base) == 'nn.Dense'
+  marked, log = _upgrade(monkeypatch, SUBCLASSES, marker=True)
+  for linen_text in ('StdConv(nn.Conv)', 'Scaled(nn.Module)'):
+    assert linen_text not in marked, linen_text
   assert _put_back(marked, log) == plain

@@ -304,6 +304,48 @@ class ScopedMethod:
   drop_decorators: Any = frozenset()
 
 
+# -- subclasses of legacy layers and user modules (rules/subclasses.py) --
+
+
+@_plan
+class LayerBase:
+  """The base of a user's subclass of the legacy layer ``layer`` (a
+  layer_table.Layer) whose only method is a ``param`` override (a
+  ParamOverride): the target's counterpart of that layer."""
+  layer: Any
+
+
+@_plan
+class SuperParam:
+  """``super().param(name, shape, initializer)`` in a ``param`` override:
+  the parameter the base layer would make; ``call``, the legacy call, and
+  its three arguments as written."""
+  call: Any
+  name: Any
+  shape: Any
+  initializer: Any
+
+
+@_plan
+class ParamOverride:
+  """A user's ``param(self, name, shape, initializer)`` override of a
+  legacy layer (``fn``, the FunctionDef): every parameter the layer makes
+  goes through it; ``super_calls``, the SuperParams of its body (the
+  body is otherwise the user's: ``shape`` and ``initializer`` hold what
+  they held)."""
+  fn: Any
+  super_calls: Tuple[SuperParam, ...] = ()
+
+
+@_plan
+class PlainModuleBase:
+  """The base of a class whose own ``apply`` replaces all its base (a
+  legacy layer, or a user module with nothing but ``apply``) computes:
+  the target's plain module base instead of ``base``, the base expression
+  as written."""
+  base: Any
+
+
 # -- the program pass (rules/program/) --
 
 

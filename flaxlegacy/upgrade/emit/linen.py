@@ -26,6 +26,7 @@ from flaxlegacy.upgrade.collectors.programs import OPTAX_FIXED  # pylint: disabl
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade import walk
 
 
 def renamed_kwargs(layer, value):
@@ -410,6 +411,80 @@ class LinenEmitter:
         body=fn.body.with_changes(body=stmts),
         leading_lines=[cst.EmptyLine(indent=False)])
     return public, inner
+
+
+  # -- subclasses of legacy layers and user modules --
+  def layer_base(self, plan):
+    """LayerBase -> the linen layer (``nn.Conv``; a flaxlegacy layer where
+    linen has none of the legacy numbers)."""
+    layer = plan.layer
+    if layer.linen in layer_table.SHIPPED:
+      self._ctx.needed_imports.add(
+          layer_table.SHIPPED[layer.linen].rsplit('.', 1)[0])
+      return cst.parse_expression(layer.linen)
+    return cst.parse_expression(f'{self._prefix()}.{layer.linen}')
+
+  def plain_module_base(self, plan):
+    """PlainModuleBase -> ``nn.Module``."""
+    del plan
+    return cst.parse_expression(self._prefix() + '.Module')
+
+  def param_override(self, plan):
+    """ParamOverride -> ``param(self, name, init, shape, *init_args,
+    **init_kwargs)`` (linen's order; linen passes the initializer's extra
+    arguments through), its ``super().param`` calls in linen's order."""
+    fn = plan.fn
+    used = set(_names_in(fn))
+    star, starstar = _unused(used, 'init_args'), _unused(used, 'init_kwargs')
+    ps = list(fn.params.posonly_params) + list(fn.params.params)
+    plain = [p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+             for p in (ps[0], ps[1], ps[3], ps[2])]
+    params = cst.Parameters(
+        params=plain, star_arg=cst.Param(cst.Name(star)),
+        star_kwarg=cst.Param(cst.Name(starstar)))
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(' '))
+    calls = {}
+    for sp in plan.super_calls:
+      args = [cst.Arg(sp.name), cst.Arg(sp.initializer), cst.Arg(sp.shape),
+              cst.Arg(cst.Name(star), star='*'),
+              cst.Arg(cst.Name(starstar), star='**')]
+      calls[id(sp.call)] = [a.with_changes(comma=comma)
+                            for a in args[:-1]] + [args[-1]]
+    return fn.with_changes(params=params,
+                           body=fn.body.visit(_CallArgs(calls)))
+
+
+class _CallArgs(cst.CSTTransformer):
+  """Calls (by the id of the call as given) -> their new arguments."""
+
+  def __init__(self, args):
+    self.args = args
+
+  def leave_Call(self, original_node, updated_node):
+    args = self.args.get(id(original_node))
+    return updated_node if args is None else updated_node.with_changes(
+        args=args)
+
+
+def _names_in(node):
+  """Every Name of ``node``'s code."""
+  out = []
+
+  class V(walk.FastVisitor):
+
+    def visit_Name(self, n):
+      out.append(n.value)
+
+  node.visit(V())
+  return out
+
+
+def _unused(used, base):
+  """``base``, or ``base1``, ``base2`` ... the first not in ``used``."""
+  name, i = base, 1
+  while name in used:
+    name, i = f'{base}{i}', i + 1
+  return name
 
 
 def _fresh_code(node):
