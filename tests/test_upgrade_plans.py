@@ -36,7 +36,9 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'per_step_user_transformation', 'runtime_stateful',
                'legacy_type', 'initialize_cache',
                # subclasses (rules/subclasses.py)
-               'layer_base', 'plain_module_base')
+               'layer_base', 'plain_module_base',
+               # drivers (rules/drivers.py)
+               'driven_lifecycle')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -898,4 +900,41 @@ def test_subclasses_are_plans(monkeypatch):
   marked, log = _upgrade(monkeypatch, SUBCLASSES, marker=True)
   for linen_text in ('StdConv(nn.Conv)', 'Scaled(nn.Module)'):
     assert linen_text not in marked, linen_text
+  assert _put_back(marked, log) == plain
+
+
+DRIVER = '''\
+from flax import nn
+
+
+class Masked(nn.Module):
+
+  def apply(self, *args, wrapped_module, scale=1.0, **kwargs):
+    def init_fn(rng, _):
+      _, params = wrapped_module.init(rng, *args, **kwargs)
+      return params
+    params = self.param('unmasked', None, init_fn)
+    return wrapped_module.call(params, *args, bias=False, **kwargs) * scale
+'''
+
+
+def test_drivers_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(DRIVER)
+  new, log = _upgrade(monkeypatch, DRIVER, marker=False)
+  assert new == plain
+  # the legacy life cycle of a class held by a field: the keywords split
+  # between its hyper-parameters and call keywords when the code runs
+  init, call = _plans(log, 'driven_lifecycle')
+  assert isinstance(init, plans.DrivenLifecycle)
+  assert (init.op, _code(init.module)) == ('init', 'self.wrapped_module')
+  assert [_code(a) .rstrip(', ') for a in init.inputs] == ['rng', '*args']
+  assert [_code(a).rstrip(', ') for a in init.keywords] == ['**self.kwargs']
+  assert call.op == 'call'
+  assert [_code(a).rstrip(', ') for a in call.inputs] == ['params', '*args']
+  assert [_code(a).rstrip(', ') for a in call.keywords] == [
+      'bias=False', '**self.kwargs']
+  assert ("_LegacyModule(self.wrapped_module, {'bias': False, "
+          '**self.kwargs}).call(params, *args)') in plain
+  marked, log = _upgrade(monkeypatch, DRIVER, marker=True)
+  assert '_LegacyModule(' not in marked.split('class Masked')[1]
   assert _put_back(marked, log) == plain

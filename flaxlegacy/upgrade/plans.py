@@ -346,6 +346,26 @@ class PlainModuleBase:
   base: Any
 
 
+# -- modules that drive other modules (rules/drivers.py) --
+
+
+@_plan
+class DrivenLifecycle:
+  """``P.init(rng, *a, **kw)`` / ``P.call(params, *a, **kw)`` (``op``
+  'init' or 'call') of a module class held by a parameter of the module
+  (legacy's life cycle run inside a module): ``module``, the class's
+  expression as rewritten (the field); ``inputs``, the positional
+  arguments (the key or the parameters first; ``*`` kept); ``keywords``,
+  the keyword arguments and ``**`` dicts, split between the class's
+  hyper-parameters and its call keywords when the code runs (which class
+  it is is known only then).  Args as written.  Returns what legacy
+  returned: ``(outputs, params)`` for init, the outputs for call."""
+  op: str
+  module: Any
+  inputs: Tuple[Any, ...]
+  keywords: Tuple[Any, ...] = ()
+
+
 # -- the program pass (rules/program/) --
 
 

@@ -454,6 +454,28 @@ class LinenEmitter:
                            body=fn.body.visit(_CallArgs(calls)))
 
 
+  # -- modules that drive other modules --
+  def driven_lifecycle(self, plan):
+    """DrivenLifecycle -> ``_LegacyModule(P, {kw...}).init(rng, *a)`` /
+    ``.call(params, *a)`` (the class written into the file splits the
+    keywords by the linen class's fields when it runs)."""
+    code = self._ctx.code_of
+    items = []
+    for a in plan.keywords:
+      if a.star == '**':
+        items.append(f'**{code(a.value)}')
+      else:
+        items.append(f'{a.keyword.value!r}: {code(a.value)}')
+    kwargs = '{' + ', '.join(items) + '}'
+    if len(items) == 1 and items[0].startswith('**'):
+      kwargs = items[0][2:]
+    rest = ', '.join((a.star if isinstance(a.star, str) else '')
+                     + code(a.value) for a in plan.inputs)
+    self._ctx.needed_defs[DRIVER_HELPER] = _driver_helper_src()
+    return cst.parse_expression(
+        f'{DRIVER_HELPER}({code(plan.module)}, {kwargs}).{plan.op}({rest})')
+
+
 class _CallArgs(cst.CSTTransformer):
   """Calls (by the id of the call as given) -> their new arguments."""
 
@@ -485,6 +507,70 @@ def _unused(used, base):
   while name in used:
     name, i = f'{base}{i}', i + 1
   return name
+
+
+# the class a DrivenLifecycle's text runs the driven class through
+DRIVER_HELPER = '_LegacyModule'
+
+
+def _driver_helper_src():
+  """The source of ``_LegacyModule`` (DrivenLifecycle), written into the
+  upgraded file."""
+  renames = {}
+  added = {}
+  for layer in layer_table.LAYERS.values():
+    if layer.linen in layer_table.SHIPPED:
+      continue
+    renames.update({k: v for k, v in layer.renames.items()
+                    if k in layer.params})
+    if layer.add_kwargs:
+      added[layer.linen] = {k: v for k, v in layer.add_kwargs.items()}
+  added_src = '{' + ', '.join(
+      f'{name!r}: {{' + ', '.join(f'{k!r}: {v}' for k, v in kw.items()) + '}'
+      for name, kw in sorted(added.items())) + '}'
+  return f'''\
+class _LegacyModule:
+  """A linen module class run the way legacy modules drove one another.
+
+  ``kwargs`` (the keyword arguments a legacy module class took) are split
+  between the class's fields and its ``__call__`` keywords; flax's own
+  layers get their linen keyword names (RENAMES) and the arguments linen
+  needs for the legacy numbers (ADDED).  ``init(rng, *inputs)`` returns ``(outputs, params)`` and
+  ``call(params, *inputs)`` the outputs, as legacy ``Module.init`` /
+  ``Module.call`` did.
+  """
+
+  RENAMES = {renames!r}
+  ADDED = {added_src}
+
+  def __init__(self, module_class, kwargs):
+    import dataclasses  # pylint: disable=g-import-not-at-top
+    import functools  # pylint: disable=g-import-not-at-top
+    cls = module_class
+    while isinstance(cls, functools.partial):
+      cls = cls.func
+    fields = {{f.name for f in dataclasses.fields(cls) if f.init}}
+    fields.discard('parent')
+    flax_layer = cls.__module__.startswith('flax.linen')
+    ctor, self.call_kwargs = {{}}, {{}}
+    for k, v in kwargs.items():
+      if flax_layer and k not in fields and self.RENAMES.get(k) in fields:
+        k = self.RENAMES[k]
+      (ctor if k in fields else self.call_kwargs)[k] = v
+    if flax_layer:
+      for k, v in self.ADDED.get(cls.__name__, {{}}).items():
+        ctor.setdefault(k, v)
+    self.module = module_class(**ctor, parent=None)
+
+  def init(self, rng, *inputs):
+    outputs, variables = self.module.init_with_output(
+        rng, *inputs, **self.call_kwargs)
+    return outputs, variables.get('params', {{}})
+
+  def call(self, params, *inputs):
+    return self.module.apply({{'params': params}}, *inputs,
+                             **self.call_kwargs)
+'''
 
 
 def _fresh_code(node):
