@@ -34,7 +34,11 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'model_apply', 'model_value', 'model_params', 'model_type',
                'program_rng', 'stochastic_scope', 'collection_dict',
                'per_step_user_transformation', 'runtime_stateful',
-               'legacy_type', 'initialize_cache')
+               'legacy_type', 'initialize_cache',
+               # subclasses (rules/subclasses.py)
+               'layer_base', 'plain_module_base',
+               # drivers (rules/drivers.py)
+               'driven_lifecycle')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -42,7 +46,7 @@ STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
 # passed through, not recorded (none left in the program pass)
 SOURCES = ()
 STRUCTURE = ('call_method', 'module_class', 'module_base', 'module_method',
-             'setup', 'shared_scope', 'scoped_method')
+             'setup', 'shared_scope', 'scoped_method', 'param_override')
 
 
 class RecordingEmitter:
@@ -246,7 +250,7 @@ class AE(nn.Module):
 
   @nn.module_method
   def embed(self, x):
-    return nn.Dense(x, 3, name='head') * 2
+    return nn.Dense(x, features=3, name='head') * 2
 
 
 class Auto(nn.Module):
@@ -258,6 +262,18 @@ class Auto(nn.Module):
   def embed(self, x):
     """Embeds."""
     return nn.Dense(x, 3)
+
+
+class Tied(nn.Module):
+
+  def apply(self, x):
+    tied = nn.Dense.shared(features=3, name='tied')
+    return nn.Dense(tied(nn.Dense(x, 4, name='inner')), 2, name='out')
+
+  @nn.module_method
+  def encode(self, x):
+    tied = nn.Dense.shared(features=3, name='tied')
+    return tied(nn.Dense(x, 4, name='inner'))
 '''
 
 
@@ -265,16 +281,32 @@ def test_module_methods_shape_the_class_by_plans(monkeypatch):
   plain, _ = api.upgrade_source(METHODS)
   new, log = _upgrade(monkeypatch, METHODS, marker=False)
   assert new == plain
-  # AE: 'head' is built by __call__ and embed under one literal name: once,
-  # in setup, shared by both
-  (setup,) = _plans(log, 'setup')
-  assert [(attr, _code(call)) for attr, call in setup.submodules] == [
-      ('head', "nn.Dense(3, name='head')")]
-  assert [p.attr for p in _plans(log, 'submodule_attr')] == ['head', 'head']
+  # AE: 'head' is built by __call__ and embed under one literal name (the
+  # same legacy parameters, one positional, one keyword): once, in setup,
+  # shared by both; the setup holds the plan of the first place that
+  # built it, each place calls it with its own inputs
+  ae_setup, tied_setup = _plans(log, 'setup')
+  ((attr, built),) = ae_setup.submodules
+  assert attr == 'head' and isinstance(built, plans.SubmoduleCall)
+  assert built.layer.legacy == 'Dense'
+  assert [(h.key, _code(h.arg.value)) for h in built.hypers] == [
+      ('features', '3'), ('name', "'head'")]
+  uses = _plans(log, 'submodule_attr')
+  assert [(p.attr, [_code(a.value) for a in p.call.inputs])
+          for p in uses[:2]] == [('head', ['x']), ('head', ['x'])]
+  assert 'self.head = nn.Dense(3, name=\'head\')' in plain
+  # Tied: the shared instance and 'inner', in setup; 'out', which only
+  # __call__ builds, stays there, built with the setup's submodules
+  assert [(a, type(b).__name__) for a, b in tied_setup.submodules] == [
+      ('tied', 'Instance'), ('inner', 'SubmoduleCall')]
+  assert [(p.attr, p.call is None) for p in uses[2:]] == [
+      ('tied', True), ('inner', False)] * 2
+  assert ("nn.Dense(2, name='out')(tied(self.inner(x)))" in
+          plain.split('class Tied')[1])
   methods = _plans(log, 'module_method')
   # AE's, then Auto's twice: written for the setup form, which then finds
-  # no literal name, and again for the shared scope
-  assert [m.fn.name.value for m in methods] == ['embed'] * 3
+  # no literal name, and again for the shared scope; Tied's
+  assert [m.fn.name.value for m in methods] == ['embed'] * 3 + ['encode']
   # Auto: its submodules are auto-named, so both entry points run in one
   # shared scope that builds them inline
   (scope,) = _plans(log, 'shared_scope')
@@ -283,9 +315,15 @@ def test_module_methods_shape_the_class_by_plans(monkeypatch):
   assert [(s.fn.name.value, s.scope, s.body_name) for s in scoped] == [
       ('__call__', scope.name, '_call_body'),
       ('embed', scope.name, '_embed_body')]
-  # (no marker run here: the setup form finds the submodules in the
-  # written bodies -- a decision still read from linen text, see
-  # docs/decisions.md)
+  # the form is decided from the plans, not from the written text: the
+  # same under marker mode, where every construction is a placeholder
+  marked, log = _upgrade(monkeypatch, METHODS, marker=True)
+  # (setup, a class's structure, is written by the emitter from its plan)
+  bodies = re.sub(r'  def setup\(self\):\n(    .*\n)+', '', marked)
+  for linen_text in ('nn.Dense(', 'self.head', 'self.tied', 'self.inner'):
+    assert linen_text not in bodies, linen_text
+  assert [m for m, _, _ in log].count('setup') == 2
+  assert _put_back(marked, log) == plain
 
 
 CHECKPOINTS = '''\
@@ -593,10 +631,7 @@ def test_program_models_and_collections_are_plans(monkeypatch):
   for linen_text in ('.apply(', 'legacy_rng', 'mutable=', 'rngs=',
                      'method=', 'dict)', '.clone(', 'as_dict'):
     assert linen_text not in body, linen_text
-  # (the program only: the module method's class is shaped from written
-  # bodies, see test_module_methods_shape_the_class_by_plans)
-  assert (_put_back(marked, log).split('def main')[1]
-          == plain.split('def main')[1])
+  assert _put_back(marked, log) == plain
 
 
 USER_OPTIMIZERS = '''\
@@ -810,4 +845,96 @@ def test_program_types_are_plans(monkeypatch):
   marked, log = _upgrade(monkeypatch, TYPES, marker=True)
   for linen_text in ('TrainState', 'DynamicScale', 'dict', 'Any]', ': Any'):
     assert linen_text not in marked.split('class State')[1], linen_text
+  assert _put_back(marked, log) == plain
+
+
+SUBCLASSES = '''\
+import jax.numpy as jnp
+from flax import nn
+
+
+class StdConv(nn.Conv):
+
+  def param(self, name, shape, initializer):
+    init_args = 1
+    p = super().param(name, shape, initializer)
+    if name == 'kernel':
+      p = p - jnp.mean(p)
+    return p
+
+
+class Scaled(nn.Dense):
+
+  def apply(self, x, features):
+    return 2 * nn.Dense(x, features)
+
+
+class Net(nn.Module):
+
+  def apply(self, x):
+    return Scaled(StdConv(x, 3, (3, 3)), 4)
+'''
+
+
+def test_subclasses_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(SUBCLASSES)
+  new, log = _upgrade(monkeypatch, SUBCLASSES, marker=False)
+  assert new == plain
+  # a param override of a legacy layer: the target's layer as its base,
+  # the override with the base's parameter call
+  (base,) = _plans(log, 'layer_base')
+  assert base.layer.legacy == 'Conv'
+  (override,) = _plans(log, 'param_override')
+  assert override.fn.name.value == 'param'
+  (sp,) = override.super_calls
+  assert (_code(sp.name), _code(sp.shape), _code(sp.initializer)) == (
+      'name', 'shape', 'initializer')
+  # (init_args taken: the emitter spells linen's extra arguments apart)
+  assert ('def param(self, name, initializer, shape, *init_args1, '
+          '**init_kwargs):') in plain
+  assert ('super().param(name, initializer, shape, *init_args1, '
+          '**init_kwargs)') in plain
+  # its own apply replaces the legacy layer's: a plain module
+  (plain_base,) = _plans(log, 'plain_module_base')
+  assert _code(plain_base.base) == 'nn.Dense'
+  marked, log = _upgrade(monkeypatch, SUBCLASSES, marker=True)
+  for linen_text in ('StdConv(nn.Conv)', 'Scaled(nn.Module)'):
+    assert linen_text not in marked, linen_text
+  assert _put_back(marked, log) == plain
+
+
+DRIVER = '''\
+from flax import nn
+
+
+class Masked(nn.Module):
+
+  def apply(self, *args, wrapped_module, scale=1.0, **kwargs):
+    def init_fn(rng, _):
+      _, params = wrapped_module.init(rng, *args, **kwargs)
+      return params
+    params = self.param('unmasked', None, init_fn)
+    return wrapped_module.call(params, *args, bias=False, **kwargs) * scale
+'''
+
+
+def test_drivers_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(DRIVER)
+  new, log = _upgrade(monkeypatch, DRIVER, marker=False)
+  assert new == plain
+  # the legacy life cycle of a class held by a field: the keywords split
+  # between its hyper-parameters and call keywords when the code runs
+  init, call = _plans(log, 'driven_lifecycle')
+  assert isinstance(init, plans.DrivenLifecycle)
+  assert (init.op, _code(init.module)) == ('init', 'self.wrapped_module')
+  assert [_code(a) .rstrip(', ') for a in init.inputs] == ['rng', '*args']
+  assert [_code(a).rstrip(', ') for a in init.keywords] == ['**self.kwargs']
+  assert call.op == 'call'
+  assert [_code(a).rstrip(', ') for a in call.inputs] == ['params', '*args']
+  assert [_code(a).rstrip(', ') for a in call.keywords] == [
+      'bias=False', '**self.kwargs']
+  assert ("_LegacyModule(self.wrapped_module, {'bias': False, "
+          '**self.kwargs}).call(params, *args)') in plain
+  marked, log = _upgrade(monkeypatch, DRIVER, marker=True)
+  assert '_LegacyModule(' not in marked.split('class Masked')[1]
   assert _put_back(marked, log) == plain

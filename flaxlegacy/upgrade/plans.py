@@ -264,14 +264,20 @@ class Setup:
   """Submodules built once, when the module is set up, under their legacy
   names, and shared by every method that used them: ``submodules``,
   (attribute, construction) pairs in order; each construction is the
-  rewritten constructor call (the same at every place that built it)."""
+  plan of the first place that built it (a SubmoduleCall, whose inputs
+  are not part of it, or an Instance), the same at every place that
+  built it; or -- built by a rule whose concept is not split into plans
+  yet -- the constructor call as that rule wrote it."""
   submodules: Tuple[Tuple[str, Any], ...]
 
 
 @_plan
 class SubmoduleAttr:
-  """The submodule a Setup built under the attribute ``attr``."""
+  """The submodule a Setup built under the attribute ``attr``: the
+  instance itself, or -- ``call``, a SubmoduleCall that built it where it
+  is used -- called with that call's inputs."""
   attr: str
+  call: Optional[SubmoduleCall] = None
 
 
 @_plan
@@ -296,6 +302,68 @@ class ScopedMethod:
   scope: str
   body_name: str
   drop_decorators: Any = frozenset()
+
+
+# -- subclasses of legacy layers and user modules (rules/subclasses.py) --
+
+
+@_plan
+class LayerBase:
+  """The base of a user's subclass of the legacy layer ``layer`` (a
+  layer_table.Layer) whose only method is a ``param`` override (a
+  ParamOverride): the target's counterpart of that layer."""
+  layer: Any
+
+
+@_plan
+class SuperParam:
+  """``super().param(name, shape, initializer)`` in a ``param`` override:
+  the parameter the base layer would make; ``call``, the legacy call, and
+  its three arguments as written."""
+  call: Any
+  name: Any
+  shape: Any
+  initializer: Any
+
+
+@_plan
+class ParamOverride:
+  """A user's ``param(self, name, shape, initializer)`` override of a
+  legacy layer (``fn``, the FunctionDef): every parameter the layer makes
+  goes through it; ``super_calls``, the SuperParams of its body (the
+  body is otherwise the user's: ``shape`` and ``initializer`` hold what
+  they held)."""
+  fn: Any
+  super_calls: Tuple[SuperParam, ...] = ()
+
+
+@_plan
+class PlainModuleBase:
+  """The base of a class whose own ``apply`` replaces all its base (a
+  legacy layer, or a user module with nothing but ``apply``) computes:
+  the target's plain module base instead of ``base``, the base expression
+  as written."""
+  base: Any
+
+
+# -- modules that drive other modules (rules/drivers.py) --
+
+
+@_plan
+class DrivenLifecycle:
+  """``P.init(rng, *a, **kw)`` / ``P.call(params, *a, **kw)`` (``op``
+  'init' or 'call') of a module class held by a parameter of the module
+  (legacy's life cycle run inside a module): ``module``, the class's
+  expression as rewritten (the field); ``inputs``, the positional
+  arguments (the key or the parameters first; ``*`` kept); ``keywords``,
+  the keyword arguments and ``**`` dicts, split between the class's
+  hyper-parameters and its call keywords when the code runs (which class
+  it is is known only then).  Args as written.  Returns what legacy
+  returned: ``(outputs, params)`` for init, the outputs for call."""
+  op: str
+  module: Any
+  inputs: Tuple[Any, ...]
+  keywords: Tuple[Any, ...] = ()
 
 
 # -- the program pass (rules/program/) --

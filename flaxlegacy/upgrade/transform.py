@@ -61,6 +61,11 @@ class Context:
     # removed module -> what it becomes in this file (rules/early_linen/
     # removed_modules.py ``served_renames``)
     self.served = {}
+    # id(node) -> (node, plan) of each submodule construction a module
+    # rule wrote (a SubmoduleCall or Instance plan; the node as its
+    # emitter wrote it, kept so the id stays its own):
+    # rules/module_methods.py finds them in the written bodies
+    self.constructions = {}
     # legacy module definitions -> linen classes (rules/modules.py); the
     # rewriters (rules/rewriter.py, rules/apply_rewriter.py) call them
     # back through here, as modules.py builds on them

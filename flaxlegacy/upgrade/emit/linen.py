@@ -26,6 +26,7 @@ from flaxlegacy.upgrade.collectors.programs import OPTAX_FIXED  # pylint: disabl
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade import walk
 
 
 def renamed_kwargs(layer, value):
@@ -128,13 +129,20 @@ class LinenEmitter:
       ctor = add_layer_defaults(layer, ctor)
     return ctor
 
-  def submodule_call(self, plan):
-    """SubmoduleCall -> ``Ctor(hypers..., name=)(inputs...)``."""
+  @staticmethod
+  def _call_args(plan):
+    """The arguments a SubmoduleCall's module is called with (a layer
+    takes its inputs positionally)."""
+    if plan.layer is not None:
+      return [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+              for a in plan.inputs]
+    return list(plan.inputs)
+
+  def _submodule_ctor(self, plan):
+    """The constructor call ``Ctor(hypers..., name=)`` of a
+    SubmoduleCall."""
     if plan.layer is not None:
       ctor = self._layer_ctor(plan.layer, plan.hypers, plan.direct_layer)
-      call_args = [a.with_changes(keyword=None,
-                                  equal=cst.MaybeSentinel.DEFAULT)
-                   for a in plan.inputs]
     else:
       ctor = []
       for h in plan.hypers:
@@ -145,12 +153,15 @@ class LinenEmitter:
         field, items = plan.catch_all
         src = ', '.join(f'{k!r}: {self._ctx.code_of(v)}' for k, v in items)
         ctor.append(cst_util.arg(cst_util.expr('{' + src + '}'), field))
-      call_args = list(plan.inputs)
     if plan.name is not None:
       ctor = list(ctor) + [cst_util.arg(self.name(plan.name), 'name')]
-    return cst.Call(func=cst.Call(func=self.module_expr(plan.module),
-                                  args=cst_util.clean_args(ctor)),
-                    args=cst_util.clean_args(call_args))
+    return cst.Call(func=self.module_expr(plan.module),
+                    args=cst_util.clean_args(ctor))
+
+  def submodule_call(self, plan):
+    """SubmoduleCall -> ``Ctor(hypers..., name=)(inputs...)``."""
+    return cst.Call(func=self._submodule_ctor(plan),
+                    args=cst_util.clean_args(self._call_args(plan)))
 
   def instance(self, plan):
     """Instance -> ``Ctor(hypers..., name=)``."""
@@ -316,9 +327,14 @@ class LinenEmitter:
 
   def setup(self, plan):
     """Setup -> ``def setup(self): self.<attr> = <construction>``."""
-    lines = [cst.parse_statement(
-        f'self.{attr} = {cst.Module([]).code_for_node(call)}\n')
-             for attr, call in plan.submodules]
+    lines = []
+    for attr, built in plan.submodules:
+      if isinstance(built, plans.SubmoduleCall):
+        built = self._submodule_ctor(built)
+      elif isinstance(built, plans.Instance):
+        built = self.instance(built)
+      lines.append(cst.parse_statement(
+          f'self.{attr} = {cst.Module([]).code_for_node(built)}\n'))
     return cst.FunctionDef(
         name=cst.Name('setup'),
         params=cst.Parameters(params=[cst.Param(name=cst.Name('self'))]),
@@ -326,7 +342,12 @@ class LinenEmitter:
         leading_lines=[cst.EmptyLine(indent=False)])
 
   def submodule_attr(self, plan):
-    return cst.Attribute(value=cst.Name('self'), attr=cst.Name(plan.attr))
+    """SubmoduleAttr -> ``self.<attr>``, or ``self.<attr>(inputs...)``."""
+    attr = cst.Attribute(value=cst.Name('self'), attr=cst.Name(plan.attr))
+    if plan.call is None:
+      return attr
+    return cst.Call(func=attr,
+                    args=cst_util.clean_args(self._call_args(plan.call)))
 
   def shared_scope(self, plan):
     """SharedScope -> the one compact method the entry points run in
@@ -390,6 +411,166 @@ class LinenEmitter:
         body=fn.body.with_changes(body=stmts),
         leading_lines=[cst.EmptyLine(indent=False)])
     return public, inner
+
+
+  # -- subclasses of legacy layers and user modules --
+  def layer_base(self, plan):
+    """LayerBase -> the linen layer (``nn.Conv``; a flaxlegacy layer where
+    linen has none of the legacy numbers)."""
+    layer = plan.layer
+    if layer.linen in layer_table.SHIPPED:
+      self._ctx.needed_imports.add(
+          layer_table.SHIPPED[layer.linen].rsplit('.', 1)[0])
+      return cst.parse_expression(layer.linen)
+    return cst.parse_expression(f'{self._prefix()}.{layer.linen}')
+
+  def plain_module_base(self, plan):
+    """PlainModuleBase -> ``nn.Module``."""
+    del plan
+    return cst.parse_expression(self._prefix() + '.Module')
+
+  def param_override(self, plan):
+    """ParamOverride -> ``param(self, name, init, shape, *init_args,
+    **init_kwargs)`` (linen's order; linen passes the initializer's extra
+    arguments through), its ``super().param`` calls in linen's order."""
+    fn = plan.fn
+    used = set(_names_in(fn))
+    star, starstar = _unused(used, 'init_args'), _unused(used, 'init_kwargs')
+    ps = list(fn.params.posonly_params) + list(fn.params.params)
+    plain = [p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+             for p in (ps[0], ps[1], ps[3], ps[2])]
+    params = cst.Parameters(
+        params=plain, star_arg=cst.Param(cst.Name(star)),
+        star_kwarg=cst.Param(cst.Name(starstar)))
+    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(' '))
+    calls = {}
+    for sp in plan.super_calls:
+      args = [cst.Arg(sp.name), cst.Arg(sp.initializer), cst.Arg(sp.shape),
+              cst.Arg(cst.Name(star), star='*'),
+              cst.Arg(cst.Name(starstar), star='**')]
+      calls[id(sp.call)] = [a.with_changes(comma=comma)
+                            for a in args[:-1]] + [args[-1]]
+    return fn.with_changes(params=params,
+                           body=fn.body.visit(_CallArgs(calls)))
+
+
+  # -- modules that drive other modules --
+  def driven_lifecycle(self, plan):
+    """DrivenLifecycle -> ``_LegacyModule(P, {kw...}).init(rng, *a)`` /
+    ``.call(params, *a)`` (the class written into the file splits the
+    keywords by the linen class's fields when it runs)."""
+    code = self._ctx.code_of
+    items = []
+    for a in plan.keywords:
+      if a.star == '**':
+        items.append(f'**{code(a.value)}')
+      else:
+        items.append(f'{a.keyword.value!r}: {code(a.value)}')
+    kwargs = '{' + ', '.join(items) + '}'
+    if len(items) == 1 and items[0].startswith('**'):
+      kwargs = items[0][2:]
+    rest = ', '.join((a.star if isinstance(a.star, str) else '')
+                     + code(a.value) for a in plan.inputs)
+    self._ctx.needed_defs[DRIVER_HELPER] = _driver_helper_src()
+    return cst.parse_expression(
+        f'{DRIVER_HELPER}({code(plan.module)}, {kwargs}).{plan.op}({rest})')
+
+
+class _CallArgs(cst.CSTTransformer):
+  """Calls (by the id of the call as given) -> their new arguments."""
+
+  def __init__(self, args):
+    self.args = args
+
+  def leave_Call(self, original_node, updated_node):
+    args = self.args.get(id(original_node))
+    return updated_node if args is None else updated_node.with_changes(
+        args=args)
+
+
+def _names_in(node):
+  """Every Name of ``node``'s code."""
+  out = []
+
+  class V(walk.FastVisitor):
+
+    def visit_Name(self, n):
+      out.append(n.value)
+
+  node.visit(V())
+  return out
+
+
+def _unused(used, base):
+  """``base``, or ``base1``, ``base2`` ... the first not in ``used``."""
+  name, i = base, 1
+  while name in used:
+    name, i = f'{base}{i}', i + 1
+  return name
+
+
+# the class a DrivenLifecycle's text runs the driven class through
+DRIVER_HELPER = '_LegacyModule'
+
+
+def _driver_helper_src():
+  """The source of ``_LegacyModule`` (DrivenLifecycle), written into the
+  upgraded file."""
+  renames = {}
+  added = {}
+  for layer in layer_table.LAYERS.values():
+    if layer.linen in layer_table.SHIPPED:
+      continue
+    renames.update({k: v for k, v in layer.renames.items()
+                    if k in layer.params})
+    if layer.add_kwargs:
+      added[layer.linen] = {k: v for k, v in layer.add_kwargs.items()}
+  added_src = '{' + ', '.join(
+      f'{name!r}: {{' + ', '.join(f'{k!r}: {v}' for k, v in kw.items()) + '}'
+      for name, kw in sorted(added.items())) + '}'
+  return f'''\
+class _LegacyModule:
+  """A linen module class run the way legacy modules drove one another.
+
+  ``kwargs`` (the keyword arguments a legacy module class took) are split
+  between the class's fields and its ``__call__`` keywords; flax's own
+  layers get their linen keyword names (RENAMES) and the arguments linen
+  needs for the legacy numbers (ADDED).  ``init(rng, *inputs)`` returns ``(outputs, params)`` and
+  ``call(params, *inputs)`` the outputs, as legacy ``Module.init`` /
+  ``Module.call`` did.
+  """
+
+  RENAMES = {renames!r}
+  ADDED = {added_src}
+
+  def __init__(self, module_class, kwargs):
+    import dataclasses  # pylint: disable=g-import-not-at-top
+    import functools  # pylint: disable=g-import-not-at-top
+    cls = module_class
+    while isinstance(cls, functools.partial):
+      cls = cls.func
+    fields = {{f.name for f in dataclasses.fields(cls) if f.init}}
+    fields.discard('parent')
+    flax_layer = cls.__module__.startswith('flax.linen')
+    ctor, self.call_kwargs = {{}}, {{}}
+    for k, v in kwargs.items():
+      if flax_layer and k not in fields and self.RENAMES.get(k) in fields:
+        k = self.RENAMES[k]
+      (ctor if k in fields else self.call_kwargs)[k] = v
+    if flax_layer:
+      for k, v in self.ADDED.get(cls.__name__, {{}}).items():
+        ctor.setdefault(k, v)
+    self.module = module_class(**ctor, parent=None)
+
+  def init(self, rng, *inputs):
+    outputs, variables = self.module.init_with_output(
+        rng, *inputs, **self.call_kwargs)
+    return outputs, variables.get('params', {{}})
+
+  def call(self, params, *inputs):
+    return self.module.apply({{'params': params}}, *inputs,
+                             **self.call_kwargs)
+'''
 
 
 def _fresh_code(node):

@@ -290,6 +290,14 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
       return None
     return plans.AutoName(literal=name)
 
+  def construction(self, plan, node):
+    """``node``, the emitter's text of the submodule construction ``plan``
+    (a SubmoduleCall or Instance), recorded for the rules that read the
+    written bodies' constructions by their plans (rules/module_methods.py
+    setup form)."""
+    self.ctx.constructions[id(node)] = (node, plan)
+    return node
+
   def _auto_name(self, original, ref_type_name, ctor_src):
     """The ``name=`` argument to add for an auto-named call, or None (the
     plan of ``_auto_name_plan`` written by the emitter)."""

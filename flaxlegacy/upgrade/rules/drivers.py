@@ -33,72 +33,18 @@ through a helper returning ``Masked.partial(wrapped_module=module)``) is the
 linen layer of the same name: its call sites keep the linen spelling
 without a TODO.  A life-cycle call of another shape (``init_by_shape``,
 ``create``, a positional keyword split) keeps a TODO.
+
+The rewrite is a plan (upgrade/plans.py ``DrivenLifecycle``) that the
+rewriter's emitter writes (``up.emit``; the linen one writes the
+``_LegacyModule`` class too).
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import layer_table
-
-HELPER = '_LegacyModule'
-
-
-def _helper_src():
-  renames = {}
-  added = {}
-  for layer in layer_table.LAYERS.values():
-    if layer.linen in layer_table.SHIPPED:
-      continue
-    renames.update({k: v for k, v in layer.renames.items()
-                    if k in layer.params})
-    if layer.add_kwargs:
-      added[layer.linen] = {k: v for k, v in layer.add_kwargs.items()}
-  added_src = '{' + ', '.join(
-      f'{name!r}: {{' + ', '.join(f'{k!r}: {v}' for k, v in kw.items()) + '}'
-      for name, kw in sorted(added.items())) + '}'
-  return f'''\
-class _LegacyModule:
-  """A linen module class run the way legacy modules drove one another.
-
-  ``kwargs`` (the keyword arguments a legacy module class took) are split
-  between the class's fields and its ``__call__`` keywords; flax's own
-  layers get their linen keyword names (RENAMES) and the arguments linen
-  needs for the legacy numbers (ADDED).  ``init(rng, *inputs)`` returns ``(outputs, params)`` and
-  ``call(params, *inputs)`` the outputs, as legacy ``Module.init`` /
-  ``Module.call`` did.
-  """
-
-  RENAMES = {renames!r}
-  ADDED = {added_src}
-
-  def __init__(self, module_class, kwargs):
-    import dataclasses  # pylint: disable=g-import-not-at-top
-    import functools  # pylint: disable=g-import-not-at-top
-    cls = module_class
-    while isinstance(cls, functools.partial):
-      cls = cls.func
-    fields = {{f.name for f in dataclasses.fields(cls) if f.init}}
-    fields.discard('parent')
-    flax_layer = cls.__module__.startswith('flax.linen')
-    ctor, self.call_kwargs = {{}}, {{}}
-    for k, v in kwargs.items():
-      if flax_layer and k not in fields and self.RENAMES.get(k) in fields:
-        k = self.RENAMES[k]
-      (ctor if k in fields else self.call_kwargs)[k] = v
-    if flax_layer:
-      for k, v in self.ADDED.get(cls.__name__, {{}}).items():
-        ctor.setdefault(k, v)
-    self.module = module_class(**ctor, parent=None)
-
-  def init(self, rng, *inputs):
-    outputs, variables = self.module.init_with_output(
-        rng, *inputs, **self.call_kwargs)
-    return outputs, variables.get('params', {{}})
-
-  def call(self, params, *inputs):
-    return self.module.apply({{'params': params}}, *inputs,
-                             **self.call_kwargs)
-'''
+from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade.emit.linen import DRIVER_HELPER  # pylint: disable=g-importing-member
 
 
 def life_cycle_call(up, original, updated):
@@ -119,24 +65,13 @@ def life_cycle_call(up, original, updated):
             'module class held by a parameter, in a form not rewritten '
             'here; port it to Module.init / Module.apply by hand')
     return updated
-  code = up.ctx.code_of
   pos = [a for a in args if a.keyword is None and a.star != '**']
-  items = []
-  for a in args:
-    if a.star == '**':
-      items.append(f'**{code(a.value)}')
-    elif a.keyword is not None:
-      items.append(f'{a.keyword.value!r}: {code(a.value)}')
-  kwargs = '{' + ', '.join(items) + '}'
-  if len(items) == 1 and items[0].startswith('**'):
-    kwargs = items[0][2:]
-  cls = code(updated.func.value)
-  rest = ', '.join(
-      (a.star if isinstance(a.star, str) else '') + code(a.value) for a in pos)
-  up.ctx.needed_defs[HELPER] = _helper_src()
+  keywords = [a for a in args if a.star == '**' or a.keyword is not None]
   up.rewrote(original, 'drivers', f'{f.value.value}.{method} of a module class '
-             f'field -> {HELPER}(...).{method}')
-  return cst.parse_expression(f'{HELPER}({cls}, {kwargs}).{method}({rest})')
+             f'field -> {DRIVER_HELPER}(...).{method}')
+  return up.emit.driven_lifecycle(plans.DrivenLifecycle(
+      op=method, module=updated.func.value, inputs=tuple(pos),
+      keywords=tuple(keywords)))
 
 
 def layer_values(up, call, info, bound_params=None):

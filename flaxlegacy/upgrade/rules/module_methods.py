@@ -45,10 +45,19 @@ Left as it was, with a TODO naming the reason: a class that also defines
 Which form, which submodules, under which names, is decided here; the
 class's new pieces are plans (upgrade/plans.py: ``ModuleMethod``,
 ``Setup`` / ``SubmoduleAttr``, ``SharedScope`` / ``ScopedMethod``) that
-the rewriter's emitter writes (``up.emit``).
+the rewriter's emitter writes (``up.emit``).  The submodules a body
+builds are read from the plans the body rules decided for them
+(``SubmoduleCall`` / ``Instance``, recorded with the node the emitter
+wrote in ``ctx.constructions``), not from the written text: their
+literal names, the values they are built from, and whether two places
+build the same (the same legacy parameters bound to the same
+expressions, however spelled).  Only constructors written by rules whose
+concept is not split into plans yet (legacy attention) are still found
+by resolving the written call.
 """
 
 import copy
+import dataclasses
 import keyword
 
 import libcst as cst
@@ -141,32 +150,155 @@ def _name_kw(call):
   return None
 
 
-class _Sites(walk.FastVisitor):
-  """Submodule constructions (``Ctor(..., name=...)``) in one function."""
+def _literal(value):
+  return value.evaluated_value if isinstance(value, cst.SimpleString) else None
 
-  def __init__(self, is_ctor):
+
+def _plan_name(plan):
+  """The literal name a construction plan gives its submodule (the
+  user's ``name=``, or the legacy auto-name added), or None."""
+  for h in plan.hypers:
+    if h.key == 'name':
+      return _literal(h.arg.value)
+  if plan.name is not None:
+    return plan.name.literal
+  return None
+
+
+def _plan_args(plan):
+  """The user's expressions a construction plan builds from (its
+  hyper-parameters, a catch-all's values), then -- a SubmoduleCall's --
+  the inputs it is called with."""
+  out = [h.arg.value for h in plan.hypers]
+  if getattr(plan, 'catch_all', None) is not None:
+    out += [v for _, v in plan.catch_all[1]]
+  return out, [a.value for a in getattr(plan, 'inputs', ())]
+
+
+def _plan_key(plan):
+  """What a construction plan builds, to compare two places that build a
+  submodule under one name: the module, and each hyper-parameter's legacy
+  parameter and expression (not their spelling; the name is the one
+  compared)."""
+  code = cst_util.code
+  layer = plan.layer
+  return (type(plan).__name__, code(plan.module.expr),
+          None if layer is None else layer.legacy, plan.module.shipped,
+          plan.module.user_subclass, getattr(plan, 'direct_layer', None),
+          tuple((h.key, code(h.arg.value)) for h in plan.hypers
+                if h.key != 'name'),
+          tuple((k, code(v)) for k, v in (
+              plan.catch_all[1] if getattr(plan, 'catch_all', None) else ())))
+
+
+class _Sites(walk.FastVisitor):
+  """Submodule constructions in one function: those a rule decided as a
+  plan (``ctx.constructions``: the plan, read through its arguments), and
+  -- written by a rule whose concept is not split into plans yet -- calls
+  of a constructor (``is_ctor``) in the written text."""
+
+  def __init__(self, constructions, is_ctor):
+    self.constructions = constructions
     self.is_ctor = is_ctor
-    self.sites = []  # (Call node, literal name or None)
+    # (node, plan or None, literal name or None, the user's expressions
+    # it is built from)
+    self.sites = []
+
+  def _construction(self, node):
+    built = self.constructions.get(id(node))
+    if built is None or built[0] is not node:
+      return False
+    plan = built[1]
+    hypers, inputs = _plan_args(plan)
+    self.sites.append((node, plan, _plan_name(plan), hypers))
+    for v in hypers + inputs:  # constructions inside its arguments
+      v.visit(self)
+    return True
+
+  def visit_Name(self, node):
+    self._construction(node)
 
   def visit_Call(self, node):
+    if self._construction(node):
+      return False
     if self.is_ctor(node.func):
       n = _name_kw(node)
-      lit = None
-      if isinstance(n, cst.SimpleString):
-        lit = n.evaluated_value
-      self.sites.append((node, lit))
+      self.sites.append((node, None, _literal(n),
+                         [a.value for a in node.args]))
+    return None
 
 
-class _Replace(cst.CSTTransformer):
+class _Replace(walk.FastTransformer):
+  """The hoisted constructions -> the submodules setup built."""
 
-  def __init__(self, repl):
-    self.repl = repl  # id(original Call) -> what replaces it
+  def __init__(self, up, constructions, attrs):
+    self.up = up
+    self.constructions = constructions
+    self.attrs = attrs  # id(construction node) -> setup attribute
+
+  def _replaced(self, plan):
+    """``plan`` with the constructions in its arguments replaced (None:
+    none there)."""
+    changed = False
+    hypers = []
+    for h in plan.hypers:
+      v = walk.transform(h.arg.value, self)
+      changed |= v is not h.arg.value
+      hypers.append(plans.Hyper(h.key, h.arg.with_changes(value=v))
+                    if v is not h.arg.value else h)
+    inputs = []
+    for a in getattr(plan, 'inputs', ()):
+      v = walk.transform(a.value, self)
+      changed |= v is not a.value
+      inputs.append(a.with_changes(value=v) if v is not a.value else a)
+    if not changed:
+      return None
+    if isinstance(plan, plans.SubmoduleCall):
+      return dataclasses.replace(plan, hypers=tuple(hypers),
+                                 inputs=tuple(inputs))
+    return dataclasses.replace(plan, hypers=tuple(hypers))
+
+  def _construction(self, node):
+    built = self.constructions.get(id(node))
+    if built is None or built[0] is not node:
+      return None
+    plan = built[1]
+    attr = self.attrs.get(id(node))
+    if attr is not None:
+      if isinstance(plan, plans.SubmoduleCall):
+        # called where it was built, with its inputs
+        new = self._replaced(plan) or plan
+        return self.up.emit.submodule_attr(plans.SubmoduleAttr(attr, new))
+      return self.up.emit.submodule_attr(plans.SubmoduleAttr(attr))
+    new = self._replaced(plan)
+    if new is None:
+      return node
+    if isinstance(new, plans.SubmoduleCall):
+      return self.up.emit.submodule_call(new)
+    return self.up.emit.instance(new)
+
+  def visit_Name(self, node):
+    return False
+
+  def leave_Name(self, original_node, updated_node):
+    new = self._construction(original_node)
+    return updated_node if new is None else new
+
+  def visit_Call(self, node):
+    # a construction's arguments are its plan's (``_construction``)
+    return self.constructions.get(id(node), (None,))[0] is not node
 
   def leave_Call(self, original_node, updated_node):
-    return self.repl.get(id(original_node), updated_node)
+    new = self._construction(original_node)
+    if new is not None:
+      return new
+    attr = self.attrs.get(id(original_node))
+    if attr is not None:  # a constructor call a rule wrote itself
+      return self.up.emit.submodule_attr(plans.SubmoduleAttr(attr))
+    return updated_node
 
 
-class _DropFieldDels(cst.CSTTransformer):
+class _DropFieldDels(walk.FastTransformer):
   """``del (a, b)`` of parameters that became fields (now ``self.a``)."""
 
   def leave_Del(self, original_node, updated_node):
@@ -239,7 +371,7 @@ def _convert_method(up, info, fn, shared=False):
   body = walk.transform(fn.body, rw)
   if rw.assigned_fields:
     return None, f'it assigns the parameter {rw.assigned_fields[0]!r}', None
-  body = body.visit(_DropFieldDels())
+  body = walk.transform(body, _DropFieldDels())
   fields = set(rw.fields)
   ps = fn.params
 
@@ -415,12 +547,12 @@ def _setup_form(up, info, new_body, methods):
         todo.append(c)
   sites = {}
   for fname, fn in fns.items():
-    s = _Sites(is_ctor)
+    s = _Sites(up.ctx.constructions, is_ctor)
     fn.body.visit(s)
     sites[fname] = s.sites
   hoist = {}
   for fname in [f for f in fns if f in reach]:  # source order
-    for call, lit in sites[fname]:
+    for _, _, lit, _ in sites[fname]:
       if lit is None:
         return None, (f'{fname} builds a submodule without a literal name '
                       '(linen needs it in setup)')
@@ -434,23 +566,24 @@ def _setup_form(up, info, new_body, methods):
     b = _Bound()
     fn.visit(b)
     bound[fname] = b.names
-  repl = {}
+  attrs = {}  # id(construction) -> setup attribute
   submodules = []  # (attribute, construction)
   for lit in hoist:
     for fname in fns:
-      for call, l2 in sites[fname]:
+      for node, plan, l2, args in sites[fname]:
         if l2 != lit:
           continue
         loads = _Loads()
-        for a in call.args:
-          a.value.visit(loads)
+        for v in args:
+          v.visit(loads)
         late = sorted((loads.names - {'self'}) & bound[fname])
         if late:
           return None, (f'submodule {lit!r} is built from {late[0]!r}, a '
                         f'value only {fname} knows (linen needs it in setup)')
-        hoist[lit].append(call)
-    codes = {cst.Module([]).code_for_node(c) for c in hoist[lit]}
-    if len(codes) > 1:
+        hoist[lit].append((node, plan))
+    keys = {cst_util.code(node) if plan is None else _plan_key(plan)
+            for node, plan in hoist[lit]}
+    if len(keys) > 1:
       return None, (f'submodule {lit!r} is built with different arguments '
                     'in two places')
     attr = lit if (lit.isidentifier() and not keyword.iskeyword(lit)
@@ -461,10 +594,12 @@ def _setup_form(up, info, new_body, methods):
       while attr in taken:
         attr += '_'
     taken.add(attr)
-    for call in hoist[lit]:
-      repl[id(call)] = up.emit.submodule_attr(plans.SubmoduleAttr(attr))
-    submodules.append((attr, hoist[lit][0]))
-  body = [s.visit(_Replace(repl)) if isinstance(s, cst.FunctionDef) else s
+    for node, _ in hoist[lit]:
+      attrs[id(node)] = attr
+    node, plan = hoist[lit][0]
+    submodules.append((attr, node if plan is None else plan))
+  replace = _Replace(up, up.ctx.constructions, attrs)
+  body = [walk.transform(s, replace) if isinstance(s, cst.FunctionDef) else s
           for s in body]
   setup = up.emit.setup(plans.Setup(tuple(submodules)))
   at = next(i for i, s in enumerate(body)

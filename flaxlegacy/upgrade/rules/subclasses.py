@@ -35,12 +35,17 @@ rewrite does with a class whose base is not ``nn.Module``:
   (the base's legacy ``apply`` has no linen counterpart to call), other
   methods next to ``apply`` (legacy module methods or overrides the base
   calls), another override of ``param``, a base with more than ``apply``.
+
+What is decided here are plans (upgrade/plans.py: ``LayerBase``,
+``ParamOverride`` with its ``SuperParam`` calls, ``PlainModuleBase``) that
+the rewriter's emitter writes (``up.emit``).
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.collectors import subclasses as subclass_facts
 
@@ -80,73 +85,36 @@ def is_user_layer(layer):
       layer.legacy == layer.linen)
 
 
-class _SuperParam(cst.CSTTransformer):
-  """``super().param(n, shape, init)`` -> linen's argument order."""
+class _SuperParams(walk.FastVisitor):
+  """The ``super().param(name, shape, initializer)`` calls of a body."""
 
-  def __init__(self, star, starstar):
-    self.star, self.starstar = star, starstar
+  def __init__(self):
+    self.calls = []
 
-  def leave_Call(self, original_node, updated_node):
-    if not subclass_facts.super_param_call(updated_node):
-      return updated_node
-    name, shape, init = subclass_facts.super_param_args(updated_node, subclass_facts.LEGACY_PARAM_ARGS)
-    args = [cst.Arg(name), cst.Arg(init), cst.Arg(shape),
-            cst.Arg(cst.Name(self.star), star='*'),
-            cst.Arg(cst.Name(self.starstar), star='**')]
-    comma = cst.Comma(whitespace_after=cst.SimpleWhitespace(' '))
-    return updated_node.with_changes(args=[
-        a.with_changes(comma=comma) for a in args[:-1]] + [args[-1]])
-
-
-def _fresh(fn, base):
-  used = {n.value for n in _names(fn)}
-  name, i = base, 1
-  while name in used:
-    name, i = f'{base}{i}', i + 1
-  return name
-
-
-def _names(node):
-  out = []
-
-  class V(walk.FastVisitor):
-
-    def visit_Name(self, n):
-      out.append(n)
-
-  node.visit(V())
-  return out
+  def visit_Call(self, node):
+    if subclass_facts.super_param_call(node):
+      args = subclass_facts.super_param_args(
+          node, subclass_facts.LEGACY_PARAM_ARGS)
+      if args is not None:
+        self.calls.append(plans.SuperParam(node, *args))
 
 
 def convert_param_override(up, node, info, layer):
   """``class StdConv(nn.Conv): def param(self, name, shape, init)`` ->
-  a linen ``nn.Conv`` subclass with ``param(self, name, init, shape, ...)``."""
-  base = layer_table.LAYERS[info.base]
-  if base.linen in layer_table.SHIPPED:
-    full = layer_table.SHIPPED[base.linen]
-    up.ctx.needed_imports.add(full.rsplit('.', 1)[0])
-    base_src = base.linen
-  else:
-    prefix = sorted(up.ctx.facts.nn_prefixes)
-    prefix = (prefix[0] if prefix else 'nn').replace(
-        'flax.deprecated.nn', 'flax.linen').replace('flax.nn', 'flax.linen')
-    base_src = f'{prefix}.{base.linen}'
+  a subclass of the target's layer whose ``param`` override takes its
+  argument order (plans LayerBase, ParamOverride)."""
+  del layer
   base_expr = _base_expr(node, info)
-  bases = [b.with_changes(value=cst.parse_expression(base_src))
-           if b.value is base_expr else b for b in node.bases]
+  new_base = up.emit.layer_base(plans.LayerBase(layer_table.LAYERS[info.base]))
+  bases = [b.with_changes(value=new_base) if b.value is base_expr else b
+           for b in node.bases]
   body = []
   for stmt in node.body.body:
     if isinstance(stmt, cst.FunctionDef) and stmt.name.value == 'param':
-      fn = stmt
-      ps = list(fn.params.posonly_params) + list(fn.params.params)
-      star, starstar = _fresh(fn, 'init_args'), _fresh(fn, 'init_kwargs')
-      plain = [p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-               for p in (ps[0], ps[1], ps[3], ps[2])]
-      params = cst.Parameters(
-          params=plain, star_arg=cst.Param(cst.Name(star)),
-          star_kwarg=cst.Param(cst.Name(starstar)))
-      fn = fn.with_changes(params=params,
-                           body=fn.body.visit(_SuperParam(star, starstar)))
+      supers = _SuperParams()
+      stmt.body.visit(supers)
+      fn = up.emit.param_override(plans.ParamOverride(
+          fn=stmt, super_calls=tuple(supers.calls)))
       stmt = fn.visit(up)  # the generic rules (removed JAX names ...)
     body.append(stmt)
   up.rewrote(node, 'subclass', f'class {info.name}(nn.{info.base}) '
@@ -208,13 +176,12 @@ def convert(up, node, info, convert_plain):
     up.todo(node, f'{info.name} subclasses {kind}: {why}; port by hand')
     return node
   # its own apply replaces everything the base computes
-  prefix = sorted(up.ctx.facts.nn_prefixes)
-  prefix = (prefix[0] if prefix else 'nn').replace(
-      'flax.deprecated.nn', 'flax.linen').replace('flax.nn', 'flax.linen')
+  base_expr = _base_expr(node, info)
   bases = []
   for b in node.bases:
-    if b.value is _base_expr(node, info):
-      b = b.with_changes(value=cst.parse_expression(prefix + '.Module'))
+    if b.value is base_expr:
+      b = b.with_changes(value=up.emit.plain_module_base(
+          plans.PlainModuleBase(base_expr)))
     bases.append(b)
   new = convert_plain(node.with_changes(bases=bases), info)
   up.rewrote(node, 'subclass', f'class {info.name}({base_name}) overrides '

@@ -136,9 +136,10 @@ class InstanceRules:
     self.rewrote(original, 'partial', f'.partial held by {local} (called '
                  'once) -> one module instance')
     module = constructors.module_ref(self, inner, updated.func.value)
-    return self.emit.instance(plans.Instance(
+    plan = plans.Instance(
         module=module, hypers=_hypers(args), name=name,
-        layer=None if inner.kind == 'class' else inner.target))
+        layer=None if inner.kind == 'class' else inner.target)
+    return self.construction(plan, self.emit.instance(plan))
 
   def _shared(self, original, updated, inner):
     """``X.shared(**kw)`` -> ``X(**kw)``: one instance, called repeatedly."""
@@ -164,9 +165,10 @@ class InstanceRules:
       if self.dynamic:
         name = plans.AutoName(counter=_shared.AUTONAME_VAR, bare=True)
     self.rewrote(original, 'shared', '.shared(...) -> one module instance')
-    instance = self.emit.instance(plans.Instance(
+    plan = plans.Instance(
         module=module, hypers=_hypers(args), name=name,
-        layer=None if inner.kind == 'class' else inner.target))
+        layer=None if inner.kind == 'class' else inner.target)
+    instance = self.construction(plan, self.emit.instance(plan))
     if not bound:
       return instance
     self.ctx.needed_imports.add('functools')

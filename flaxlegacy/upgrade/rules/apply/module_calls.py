@@ -194,10 +194,11 @@ class ModuleCallRules:
     module = constructors.module_ref(self, ref, updated.func)
     self.rewrote(original, 'module_call', f'{type_name or "module"} call -> '
                  'construct + call')
-    return self.emit.submodule_call(plans.SubmoduleCall(
+    plan = plans.SubmoduleCall(
         module=module, hypers=tuple(hypers), inputs=tuple(call_args),
         layer=layer, direct_layer=ref.kind == 'layer', catch_all=catch_all,
-        name=name))
+        name=name)
+    return self.construction(plan, self.emit.submodule_call(plan))
 
   def _splat(self, original, info, arg, legacy_value, given, var_kw):
     """``**d`` in a call of the legacy module ``info`` (rules/splat.py):
