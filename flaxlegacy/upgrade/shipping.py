@@ -273,11 +273,19 @@ def _statements(tree):
   return out
 
 
-def uses(code):
-  """{helper module: names used (or ALL)} of a file's flaxlegacy imports."""
+def _ast_of(code):
   try:
-    tree = ast.parse(code)
+    return ast.parse(code)
   except SyntaxError:
+    return None
+
+
+def uses(code, tree=None):
+  """{helper module: names used (or ALL)} of a file's flaxlegacy imports
+  (``tree``: ``code``'s ``ast``, if the caller has it)."""
+  if tree is None:
+    tree = _ast_of(code)
+  if tree is None:
     return {}
   locals_ = {}  # local name -> helper module (a module imported as a value)
   out = collections.defaultdict(set)
@@ -564,15 +572,32 @@ def _dotted(node):
   return None
 
 
-def rewrite_imports(code, home, module_name=NAME):
-  """``code`` with its flaxlegacy helper imports pointed at the copy."""
-  out = _rewrite_import_lines(code, home, module_name)
+def rewrite_imports(code, home, module_name=NAME, lines=None):
+  """``code`` with its flaxlegacy helper imports pointed at the copy
+  (``lines``: ``_statement_lines`` of its ``ast``, if the caller has
+  them)."""
+  out = _rewrite_import_lines(code, home, module_name, lines)
   if out is not None:
     return out
   return cst.parse_module(code).visit(_Imports(home, module_name)).code
 
 
-def _rewrite_import_lines(code, home, module_name):
+def _statement_lines(tree):
+  """What ``_rewrite_import_lines`` reads of a file's ``ast``: the (first,
+  last) lines of its flaxlegacy imports and of its simple statements, and
+  the first lines of its compound statements."""
+  stmts = _statements(tree)
+  wanted = [(n.lineno, n.end_lineno) for n in stmts
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            and ('flaxlegacy' in (getattr(n, 'module', None) or '') or any(
+                'flaxlegacy' in a.name for a in n.names))]
+  compound_lines = {n.lineno for n in stmts if hasattr(n, 'body')}
+  simple = sorted(((n.lineno, n.end_lineno) for n in stmts
+                   if not hasattr(n, 'body')))
+  return wanted, compound_lines, simple
+
+
+def _rewrite_import_lines(code, home, module_name, lines=None):
   """``rewrite_imports`` by rewriting only the lines of the statements that
   import from flaxlegacy (found with ``ast``, each parsed alone with libcst
   and rewritten by the same ``_Imports``); None where that is not certain
@@ -580,21 +605,16 @@ def _rewrite_import_lines(code, home, module_name):
   with a compound statement, lines not indented alike, a bare CR)."""
   if '\r' in code.replace('\r\n', ''):
     return None
-  try:
-    tree = ast.parse(code)
-  except SyntaxError:
-    return None
-  stmts = _statements(tree)
-  wanted = [n for n in stmts if isinstance(n, (ast.Import, ast.ImportFrom))
-            and ('flaxlegacy' in (getattr(n, 'module', None) or '') or any(
-                'flaxlegacy' in a.name for a in n.names))]
+  if lines is None:
+    tree = _ast_of(code)
+    if tree is None:
+      return None
+    lines = _statement_lines(tree)
+  wanted, compound_lines, simple = lines
   if not wanted:
     return code
-  compound_lines = {n.lineno for n in stmts if hasattr(n, 'body')}
-  simple = sorted(((n.lineno, n.end_lineno) for n in stmts
-                   if not hasattr(n, 'body')))
   ranges = []
-  for start, end in sorted((n.lineno, n.end_lineno) for n in wanted):
+  for start, end in sorted(wanted):
     grown = True
     while grown:  # the simple statements sharing these lines
       grown = False
@@ -663,12 +683,15 @@ def ship(files):
   the tree and returns the copies (``Shipped``); ``files``: the driver's
   SourceFiles, whose ``new_code`` is rewritten here."""
   need = {}
+  lines = {}  # upgraded text -> its _statement_lines (one ast parse each)
   for sf in files:
     if sf.new_code is None or 'flaxlegacy' not in sf.new_code:
       continue
-    used = uses(sf.new_code)
+    tree = _ast_of(sf.new_code)
+    used = uses(sf.new_code, tree)
     if used:
       need[sf] = names_of(used)
+      lines[sf.new_code] = _statement_lines(tree)
   if not need:
     return []
   where = homes([sf for sf in files if sf.code is not None])
@@ -707,6 +730,7 @@ def ship(files):
     if existing is not None:
       existing.new_code = item.code
     for sf in members:
-      sf.new_code = rewrite_imports(sf.new_code, home, module_name)
+      sf.new_code = rewrite_imports(sf.new_code, home, module_name,
+                                    lines.get(sf.new_code))
     shipped.append(item)
   return shipped
