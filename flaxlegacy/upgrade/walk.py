@@ -473,12 +473,16 @@ class FastTransformer(cst.CSTTransformer):
       plan = plans.get(type(node))
       if plan is None:
         plan = _tplan(plans, type(self), type(node))
-      visit, leave, fields, statement = plan
+      visit, leave, fields, statement, _ = plan
       statement = statement and mode == _STATEMENTS
       keep_out = statement and self.enter_statement(node) is False
       if (visit is None or visit(self, node) is not False) and not keep_out:
-        updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
-                   if fields is None else self._children(node, fields))
+        if fields is None:
+          updated = node._visit_and_replace_children(self)  # pylint: disable=protected-access
+        elif fields:
+          updated = self._children(node, fields, plans)
+        else:  # nothing below it to walk
+          updated = node
       else:
         updated = node
       result = updated if leave is None else leave(self, node, updated)
@@ -491,10 +495,16 @@ class FastTransformer(cst.CSTTransformer):
           f'return value of {type(result).__name__}')
     return result
 
-  def _children(self, node, fields):
+  def _children(self, node, fields, plans=None):
+    """``node`` with its ``fields`` walked.  ``plans``: the hooks-only
+    walk's plans, whose children with no hook and nothing below to walk
+    (``_tplan``'s last item) stay as they are without a ``walk`` call
+    (about half of the nodes are such leaves)."""
     changes = None
     walk = self.walk
     skip = _skipped(type(self), cst.CSTTransformer)
+    if plans is None:
+      plans = _NO_PLANS
     for field, kind in fields:
       value = getattr(node, field)
       if type(value) in skip:
@@ -502,7 +512,12 @@ class FastTransformer(cst.CSTTransformer):
       if kind == _SEQ or kind == _BODY:
         out, changed = [], False
         for child in value:
-          if type(child) in skip:
+          t = type(child)
+          if t in skip:
+            out.append(child)
+            continue
+          plan = plans.get(t)
+          if plan is not None and plan[4]:
             out.append(child)
             continue
           new = walk(child)
@@ -529,6 +544,9 @@ class FastTransformer(cst.CSTTransformer):
       elif value is None or isinstance(value, cst.MaybeSentinel):
         continue
       else:
+        plan = plans.get(type(value))
+        if plan is not None and plan[4]:
+          continue
         new = walk(value)
         if new is value:
           continue
@@ -551,12 +569,14 @@ class FastTransformer(cst.CSTTransformer):
 
 
 _TWALKED = {}  # transformer class -> {node class: its fields walked}
+_NO_PLANS = {}  # (a walk through on_visit / on_leave: every node walked)
 # how FastTransformer.walk calls a transformer class's hooks: through its
 # own on_visit / on_leave; the hooks directly; the hooks and a
 # STATEMENT_WRAPPER's enter_statement / leave_statement
 _GENERIC, _HOOKS_ONLY, _STATEMENTS = range(3)
 # transformer class -> (its mode, {node class: (visit_X, leave_X, fields
-# walked, whether the node is a statement)})
+# walked, whether the node is a statement, whether the walk has nothing to
+# do there)})
 _TPLANS = {}
 
 
@@ -593,10 +613,14 @@ def _tplan(plans, cls, node_cls):
   hooks = _HOOK_TABLES.get((cls, cst.CSTTransformer))
   if hooks is None:
     hooks = _hook_table(cls, cst.CSTTransformer)
-  plan = plans[node_cls] = (
-      hooks.get('visit_' + node_cls.__name__),
-      hooks.get('leave_' + node_cls.__name__), fields,
-      issubclass(node_cls, cst.BaseStatement))
+  visit = hooks.get('visit_' + node_cls.__name__)
+  leave = hooks.get('leave_' + node_cls.__name__)
+  statement = issubclass(node_cls, cst.BaseStatement)
+  # nothing to do at such a node: no hook, no statement call, and no
+  # field below it to walk
+  leaf = (visit is None and leave is None and fields is not None
+          and not fields and not (statement and _TPLANS[cls][0] == _STATEMENTS))
+  plan = plans[node_cls] = (visit, leave, fields, statement, leaf)
   return plan
 
 
