@@ -369,6 +369,41 @@ def _imports_of(code):
   return names, relative
 
 
+def _imports_of_module(module):
+  """``_imports_of`` read from the file's libcst tree, which the parse
+  made (no second parse with ``ast``): the imports of every statement
+  body, as ``_statements`` walks them."""
+  names, relative = set(), False
+  todo = [module]
+  while todo:
+    node = todo.pop()
+    if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+      for small in node.body:
+        if isinstance(small, cst.Import):
+          names.update(_dotted(a.name) for a in small.names)
+        elif isinstance(small, cst.ImportFrom):
+          if small.relative:
+            relative = True
+          elif small.module is not None:
+            module_name = _dotted(small.module)
+            names.add(module_name)
+            if isinstance(small.names, cst.ImportStar):
+              names.add(f'{module_name}.*')
+            else:
+              names.update(f'{module_name}.{_dotted(a.name)}'
+                           for a in small.names)
+      continue
+    # compound statements: their suites, else / except / finally parts
+    # and match cases (expressions hold no statement)
+    for field in ('body', 'orelse', 'handlers', 'finalbody', 'cases'):
+      child = getattr(node, field, None)
+      if isinstance(child, (list, tuple)):
+        todo.extend(child)
+      elif child is not None:
+        todo.append(child)
+  return names, relative
+
+
 def homes(files):
   """{source dir: Home} for the directories of ``files`` (SourceFiles).
 
@@ -385,7 +420,10 @@ def homes(files):
   for sf in files:
     roots[os.path.dirname(os.path.abspath(sf.path))] = os.path.abspath(
         sf.src_root)
-    names, relative = _imports_of(sf.code or '')
+    if getattr(sf, 'module', None) is not None:
+      names, relative = _imports_of_module(sf.module)
+    else:
+      names, relative = _imports_of(sf.code or '')
     imported.update(names)
     dir_imports[os.path.dirname(os.path.abspath(sf.path))] |= names
     if relative:
