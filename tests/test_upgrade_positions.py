@@ -64,3 +64,26 @@ def test_lazy_positions_read_like_position_provider():
   assert lazy.get(cst.Name('zz')) is None
   assert lazy.get(cst.Name('zz'), 'none') == 'none'
 
+
+
+@pytest.mark.parametrize('code', SNIPPETS + [
+    '', '\n', '# only a comment', 'x = 1', '# c\n\nx = 1\n# end\n\n',
+    'if a:\n  x = 1\n  # trailing\n# dedented\n'])
+def test_code_statements_and_lines_match_libcst(code):
+  # one code generation for the parse (api.py): the module's code, each
+  # top-level statement's code and the start lines, as libcst gives them
+  module = cst.parse_module(code)
+  got_code, texts, lines = positions.code_statements_and_lines(module)
+  assert got_code == module.code
+  assert texts == [module.code_for_node(s) for s in module.body]
+  assert lines == _expected(module)
+
+
+def test_code_statements_and_lines_match_libcst_on_files():
+  for path in _files():
+    with open(path, encoding='utf-8') as fh:
+      module = cst.parse_module(fh.read())
+    got_code, texts, lines = positions.code_statements_and_lines(module)
+    assert got_code == module.code, path
+    assert texts == [module.code_for_node(s) for s in module.body], path
+    assert lines == _expected(module), path

@@ -461,3 +461,61 @@ def test_statement_walk_finds_every_statement_and_import():
       got = shipping._statements(tree)  # pylint: disable=protected-access
       assert sorted(map(id, got)) == sorted(
           id(n) for n in ast.walk(tree) if isinstance(n, ast.stmt)), name
+
+
+def test_imports_read_from_the_libcst_tree_as_from_ast():
+  """Where the parse made a file's libcst tree, the copy's home reads the
+  file's imports from it (no second parse with ``ast``): the same names
+  and relative flag as from ``ast``, at every depth a statement can be."""
+  import libcst as cst  # pylint: disable=g-import-not-at-top
+  code = textwrap.dedent('''
+      import a.b, c as d
+      from e.f import g, h as i
+      def f():
+        from flaxlegacy.migrate import legacy_optax as o
+        class C:
+          import j
+        try:
+          import k
+        except E:
+          from l import *
+        else:
+          import m
+        finally:
+          import n
+      while x:
+        if y: import o.p
+        else:
+          import q
+      match z:
+        case 1:
+          import r
+      with w:
+        for s in t:
+          import u
+        else:
+          import v
+      async def g():
+        async with v:
+          import w
+      try:
+        pass
+      except* E:
+        import x
+      lambda: __import__('y')
+      ''')
+  names, relative = shipping._imports_of_module(cst.parse_module(code))  # pylint: disable=protected-access
+  assert (names, relative) == shipping._imports_of(code)  # pylint: disable=protected-access
+  assert {'a.b', 'c', 'e.f.g', 'l.*', 'o.p', 'x', 'flaxlegacy.migrate'} <= names
+  assert not relative
+  rel = 'from . import a\nif b:\n  from .c import d\n'
+  assert shipping._imports_of_module(cst.parse_module(rel)) == (  # pylint: disable=protected-access
+      shipping._imports_of(rel)) == (set(), True)  # pylint: disable=protected-access
+  for sub in ('examples', os.path.join('flaxlegacy', 'upgrade')):
+    for dirpath, _, files in os.walk(os.path.join(REPO, sub)):
+      for name in sorted(files):
+        if name.endswith('.py'):
+          with open(os.path.join(dirpath, name), encoding='utf-8') as fh:
+            text = fh.read()
+          assert shipping._imports_of_module(cst.parse_module(text)) == (  # pylint: disable=protected-access
+              shipping._imports_of(text)), name  # pylint: disable=protected-access

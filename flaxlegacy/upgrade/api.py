@@ -11,9 +11,9 @@ import sys
 
 import libcst as cst
 
-from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade import positions
 from flaxlegacy.upgrade import shipping
 from flaxlegacy.upgrade import transform
 from flaxlegacy.upgrade.rules import attention_cache
@@ -30,6 +30,7 @@ class SourceFile:
     self.error = None
     self.new_code = None
     self.statement_texts = None
+    self.start_lines = None  # positions.start_lines of ``module``
     self.report = transform.FileReport()
 
 
@@ -162,7 +163,10 @@ def _gin_configs(others):
 def _parse(sf):
   try:
     sf.module = cst.parse_module(sf.code)
-    _, sf.statement_texts = cst_util.code_and_statements(sf.module)
+    # the report's lines are those of the file as written: worked out in
+    # the same code generation as the statement texts (positions.py)
+    _, sf.statement_texts, sf.start_lines = (
+        positions.code_statements_and_lines(sf.module))
   except cst.ParserSyntaxError as e:
     line, col, msg = e.raw_line, e.raw_column, str(e).splitlines()[0]
     try:  # Python's own parser points at the offending line more exactly
@@ -221,7 +225,8 @@ def _upgrade_file(sf, codebase):
   the run going on with the other files."""
   try:
     return transform.upgrade_module(sf.rel, sf.module, codebase, sf.report,
-                                    sf.statement_texts, sf.code)
+                                    sf.statement_texts, sf.code,
+                                    start_lines=sf.start_lines)
   except Exception as e:  # pylint: disable=broad-except
     first = str(e).splitlines()[0] if str(e) else ''
     sf.report.failed = (f'{sf.path}: the upgrade failed on this file '

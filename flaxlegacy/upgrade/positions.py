@@ -82,6 +82,53 @@ def start_lines(module):
   return state.lines
 
 
+class _TextLineState(_LineState):
+  """``_LineState`` that keeps the tokens too (plain codegen's)."""
+
+  def add_indent_tokens(self):
+    self.tokens.extend(self.indent_tokens)
+
+  def add_token(self, value):
+    self.tokens.append(value)
+    if '\r' in value:
+      self.line += len(_NEWLINE.findall(value))
+    elif '\n' in value:
+      self.line += value.count('\n')
+
+  def pop_trailing_newline(self):
+    if self.tokens:
+      self.tokens.pop()
+
+
+def code_statements_and_lines(module):
+  """``(module.code, [module.code_for_node(s) for s in module.body],
+  start_lines(module))`` in one code generation instead of two (a parsed
+  file needs its statement texts, and the start lines of its nodes as
+  written for the report, almost always): ``Module._codegen`` as libcst
+  runs it, each top-level statement's text the slice of the tokens it
+  added (tests/test_upgrade_positions.py checks all three against
+  libcst's own)."""
+  state = _TextLineState(module.default_indent, module.default_newline)
+  state.before_codegen(module)
+  for line in module.header:
+    line._codegen(state)  # pylint: disable=protected-access
+  texts = []
+  tokens = state.tokens
+  for stmt in module.body:
+    start = len(tokens)
+    stmt._codegen(state)  # pylint: disable=protected-access
+    texts.append(''.join(tokens[start:]))
+  for line in module.footer:
+    line._codegen(state)  # pylint: disable=protected-access
+  if module.has_trailing_newline:
+    if not tokens:
+      state.add_token(state.default_newline)
+  else:
+    state.pop_trailing_newline()
+  state.after_codegen(module)
+  return ''.join(tokens), texts, state.lines
+
+
 class _Pos:
   """What rules read of a position: ``pos.start.line``."""
 
@@ -100,9 +147,10 @@ class LazyPositions:
   ``PositionProvider``'s map of ``module`` has, worked out at the first
   look-up."""
 
-  def __init__(self, module):
+  def __init__(self, module, lines=None):
+    """``lines``: ``start_lines(module)`` if the caller has it."""
     self._module = module
-    self._lines = None
+    self._lines = lines
 
   def get(self, node, default=None):
     if self._lines is None:

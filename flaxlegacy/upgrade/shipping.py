@@ -273,11 +273,19 @@ def _statements(tree):
   return out
 
 
-def uses(code):
-  """{helper module: names used (or ALL)} of a file's flaxlegacy imports."""
+def _ast_of(code):
   try:
-    tree = ast.parse(code)
+    return ast.parse(code)
   except SyntaxError:
+    return None
+
+
+def uses(code, tree=None):
+  """{helper module: names used (or ALL)} of a file's flaxlegacy imports
+  (``tree``: ``code``'s ``ast``, if the caller has it)."""
+  if tree is None:
+    tree = _ast_of(code)
+  if tree is None:
     return {}
   locals_ = {}  # local name -> helper module (a module imported as a value)
   out = collections.defaultdict(set)
@@ -361,6 +369,41 @@ def _imports_of(code):
   return names, relative
 
 
+def _imports_of_module(module):
+  """``_imports_of`` read from the file's libcst tree, which the parse
+  made (no second parse with ``ast``): the imports of every statement
+  body, as ``_statements`` walks them."""
+  names, relative = set(), False
+  todo = [module]
+  while todo:
+    node = todo.pop()
+    if isinstance(node, (cst.SimpleStatementLine, cst.SimpleStatementSuite)):
+      for small in node.body:
+        if isinstance(small, cst.Import):
+          names.update(_dotted(a.name) for a in small.names)
+        elif isinstance(small, cst.ImportFrom):
+          if small.relative:
+            relative = True
+          elif small.module is not None:
+            module_name = _dotted(small.module)
+            names.add(module_name)
+            if isinstance(small.names, cst.ImportStar):
+              names.add(f'{module_name}.*')
+            else:
+              names.update(f'{module_name}.{_dotted(a.name)}'
+                           for a in small.names)
+      continue
+    # compound statements: their suites, else / except / finally parts
+    # and match cases (expressions hold no statement)
+    for field in ('body', 'orelse', 'handlers', 'finalbody', 'cases'):
+      child = getattr(node, field, None)
+      if isinstance(child, (list, tuple)):
+        todo.extend(child)
+      elif child is not None:
+        todo.append(child)
+  return names, relative
+
+
 def homes(files):
   """{source dir: Home} for the directories of ``files`` (SourceFiles).
 
@@ -377,7 +420,10 @@ def homes(files):
   for sf in files:
     roots[os.path.dirname(os.path.abspath(sf.path))] = os.path.abspath(
         sf.src_root)
-    names, relative = _imports_of(sf.code or '')
+    if getattr(sf, 'module', None) is not None:
+      names, relative = _imports_of_module(sf.module)
+    else:
+      names, relative = _imports_of(sf.code or '')
     imported.update(names)
     dir_imports[os.path.dirname(os.path.abspath(sf.path))] |= names
     if relative:
@@ -564,15 +610,32 @@ def _dotted(node):
   return None
 
 
-def rewrite_imports(code, home, module_name=NAME):
-  """``code`` with its flaxlegacy helper imports pointed at the copy."""
-  out = _rewrite_import_lines(code, home, module_name)
+def rewrite_imports(code, home, module_name=NAME, lines=None):
+  """``code`` with its flaxlegacy helper imports pointed at the copy
+  (``lines``: ``_statement_lines`` of its ``ast``, if the caller has
+  them)."""
+  out = _rewrite_import_lines(code, home, module_name, lines)
   if out is not None:
     return out
   return cst.parse_module(code).visit(_Imports(home, module_name)).code
 
 
-def _rewrite_import_lines(code, home, module_name):
+def _statement_lines(tree):
+  """What ``_rewrite_import_lines`` reads of a file's ``ast``: the (first,
+  last) lines of its flaxlegacy imports and of its simple statements, and
+  the first lines of its compound statements."""
+  stmts = _statements(tree)
+  wanted = [(n.lineno, n.end_lineno) for n in stmts
+            if isinstance(n, (ast.Import, ast.ImportFrom))
+            and ('flaxlegacy' in (getattr(n, 'module', None) or '') or any(
+                'flaxlegacy' in a.name for a in n.names))]
+  compound_lines = {n.lineno for n in stmts if hasattr(n, 'body')}
+  simple = sorted(((n.lineno, n.end_lineno) for n in stmts
+                   if not hasattr(n, 'body')))
+  return wanted, compound_lines, simple
+
+
+def _rewrite_import_lines(code, home, module_name, lines=None):
   """``rewrite_imports`` by rewriting only the lines of the statements that
   import from flaxlegacy (found with ``ast``, each parsed alone with libcst
   and rewritten by the same ``_Imports``); None where that is not certain
@@ -580,21 +643,16 @@ def _rewrite_import_lines(code, home, module_name):
   with a compound statement, lines not indented alike, a bare CR)."""
   if '\r' in code.replace('\r\n', ''):
     return None
-  try:
-    tree = ast.parse(code)
-  except SyntaxError:
-    return None
-  stmts = _statements(tree)
-  wanted = [n for n in stmts if isinstance(n, (ast.Import, ast.ImportFrom))
-            and ('flaxlegacy' in (getattr(n, 'module', None) or '') or any(
-                'flaxlegacy' in a.name for a in n.names))]
+  if lines is None:
+    tree = _ast_of(code)
+    if tree is None:
+      return None
+    lines = _statement_lines(tree)
+  wanted, compound_lines, simple = lines
   if not wanted:
     return code
-  compound_lines = {n.lineno for n in stmts if hasattr(n, 'body')}
-  simple = sorted(((n.lineno, n.end_lineno) for n in stmts
-                   if not hasattr(n, 'body')))
   ranges = []
-  for start, end in sorted((n.lineno, n.end_lineno) for n in wanted):
+  for start, end in sorted(wanted):
     grown = True
     while grown:  # the simple statements sharing these lines
       grown = False
@@ -663,12 +721,15 @@ def ship(files):
   the tree and returns the copies (``Shipped``); ``files``: the driver's
   SourceFiles, whose ``new_code`` is rewritten here."""
   need = {}
+  lines = {}  # upgraded text -> its _statement_lines (one ast parse each)
   for sf in files:
     if sf.new_code is None or 'flaxlegacy' not in sf.new_code:
       continue
-    used = uses(sf.new_code)
+    tree = _ast_of(sf.new_code)
+    used = uses(sf.new_code, tree)
     if used:
       need[sf] = names_of(used)
+      lines[sf.new_code] = _statement_lines(tree)
   if not need:
     return []
   where = homes([sf for sf in files if sf.code is not None])
@@ -707,6 +768,7 @@ def ship(files):
     if existing is not None:
       existing.new_code = item.code
     for sf in members:
-      sf.new_code = rewrite_imports(sf.new_code, home, module_name)
+      sf.new_code = rewrite_imports(sf.new_code, home, module_name,
+                                    lines.get(sf.new_code))
     shipped.append(item)
   return shipped

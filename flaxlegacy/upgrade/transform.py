@@ -119,17 +119,30 @@ def prepare(codebase):
   """Works out now the codebase-wide facts the rules otherwise work out at
   their first use (what the code does with nn.Model values: rules/
   model_uses.py), so that forked workers (api.py) inherit them instead of
-  each working them out again."""
-  from flaxlegacy.upgrade.rules import model_uses  # pylint: disable=g-import-not-at-top
+  each working them out again.  The rule modules too: each worker would
+  import them again (tens of milliseconds each)."""
+  # pylint: disable=g-import-not-at-top,unused-import
+  from flaxlegacy.upgrade.rules import array_keys
+  from flaxlegacy.upgrade.rules import early_linen
+  from flaxlegacy.upgrade.rules import layer_functions
+  from flaxlegacy.upgrade.rules import model_uses
+  from flaxlegacy.upgrade.rules import modules
+  from flaxlegacy.upgrade.rules import programs
+  from flaxlegacy.upgrade.rules import test_util
+  from flaxlegacy.upgrade.rules import value_initializers
+  from flaxlegacy.upgrade.rules.early_linen import removed_modules
+  # pylint: enable=g-import-not-at-top,unused-import
   model_uses.uses(codebase)
 
 
 def upgrade_module(path, module, codebase, report, statement_texts=None,
-                   code=None):
+                   code=None, start_lines=None):
   """Rewrites one parsed file; returns the new source.
 
   ``code``: the source ``module`` was parsed from, if the caller has it
   (saves generating it again while the module is unchanged).
+  ``start_lines``: ``positions.start_lines(module)``, if the caller has it
+  (api.py works it out with the statement texts).
 
   Only top-level statements whose text matches ``_relevance`` are walked;
   positions (for the report's line numbers) are resolved per walked
@@ -155,7 +168,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # Program-level rules first (rules/programs.py), on the legacy
   # source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
-  written_positions = LazyPositions(module)
+  written_positions = LazyPositions(module, start_lines)
   if programs.relevant(file_facts, codebase, path):
     pctx = Context(file_facts, codebase, report, written_positions,
                    _code_of(module))

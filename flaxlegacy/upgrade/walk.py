@@ -169,10 +169,16 @@ def _plan(plans, cls, node_cls):
   if node_cls in _LIBCST_WALKS:
     fields = None
   elif _skipped(cls, cst.CSTVisitor) is TOKENS:
-    fields = tuple(f for f in fields if f not in _token_fields(node_cls))
-  plan = plans[node_cls] = (
-      _own_hook(cls, 'visit_' + node_cls.__name__, cst.CSTVisitor),
-      _own_hook(cls, 'leave_' + node_cls.__name__, cst.CSTVisitor), fields)
+    fields = _NONTOKEN_FIELDS.get(node_cls)
+    if fields is None:
+      fields = _NONTOKEN_FIELDS[node_cls] = tuple(
+          f for f in _fields_of(node_cls)
+          if f not in _token_fields(node_cls))
+  hooks = _HOOK_TABLES.get((cls, cst.CSTVisitor))
+  if hooks is None:
+    hooks = _hook_table(cls, cst.CSTVisitor)
+  plan = plans[node_cls] = (hooks.get('visit_' + node_cls.__name__),
+                            hooks.get('leave_' + node_cls.__name__), fields)
   return plan
 
 
@@ -259,18 +265,45 @@ def _skipped(cls, base):
   override in the upgrade looks at statements and expressions only)."""
   out = _SKIPPED.get(cls)
   if out is None:
-    hooks = any(_own_hook(cls, f'{p}_{t.__name__}', base)
-                for t in TOKENS for p in ('visit', 'leave'))
-    out = _SKIPPED[cls] = () if hooks else TOKENS
+    hooks = _HOOK_TABLES.get((cls, base))
+    if hooks is None:
+      hooks = _hook_table(cls, base)
+    out = _SKIPPED[cls] = () if any(
+        n in _TOKEN_HOOKS for n in hooks) else TOKENS
   return out
+
+
+_TOKEN_HOOKS = frozenset(f'{p}_{t.__name__}' for t in TOKENS
+                         for p in ('visit', 'leave'))
+# (class, base) -> {hook name: hook} of every visit_ / leave_ attribute of
+# the class that is not the base's (libcst's empty stubs left out)
+_HOOK_TABLES = {}
+
+
+def _hook_table(cls, base):
+  """``{name: _own_hook(cls, name, base)}`` for the names where that is
+  not None, read once per class: only a class of ``cls``'s MRO outside
+  ``base``'s can define a hook that is not the base's attribute (the
+  upgrade defines many small visitor classes inside functions, one class
+  object per call)."""
+  theirs = set(base.__mro__)
+  names = {n for k in cls.__mro__ if k not in theirs for n in vars(k)
+           if n.startswith(('visit_', 'leave_'))}
+  table = {}
+  for name in names:
+    hook = getattr(cls, name, None)
+    if hook is not None and hook is not getattr(base, name, None):
+      table[name] = hook
+  _HOOK_TABLES[(cls, base)] = table
+  return table
 
 
 def _own_hook(cls, name, base=cst.CSTTransformer):
   """``cls``'s hook ``name``, or None where it is libcst's empty stub."""
-  hook = getattr(cls, name, None)
-  if hook is None or hook is getattr(base, name, None):
-    return None
-  return hook
+  table = _HOOK_TABLES.get((cls, base))
+  if table is None:
+    table = _hook_table(cls, base)
+  return table.get(name)
 
 
 _MISSING = object()
@@ -440,12 +473,16 @@ class FastTransformer(cst.CSTTransformer):
       plan = plans.get(type(node))
       if plan is None:
         plan = _tplan(plans, type(self), type(node))
-      visit, leave, fields, statement = plan
+      visit, leave, fields, statement, _ = plan
       statement = statement and mode == _STATEMENTS
       keep_out = statement and self.enter_statement(node) is False
       if (visit is None or visit(self, node) is not False) and not keep_out:
-        updated = (node._visit_and_replace_children(self)  # pylint: disable=protected-access
-                   if fields is None else self._children(node, fields))
+        if fields is None:
+          updated = node._visit_and_replace_children(self)  # pylint: disable=protected-access
+        elif fields:
+          updated = self._children(node, fields, plans)
+        else:  # nothing below it to walk
+          updated = node
       else:
         updated = node
       result = updated if leave is None else leave(self, node, updated)
@@ -458,10 +495,16 @@ class FastTransformer(cst.CSTTransformer):
           f'return value of {type(result).__name__}')
     return result
 
-  def _children(self, node, fields):
+  def _children(self, node, fields, plans=None):
+    """``node`` with its ``fields`` walked.  ``plans``: the hooks-only
+    walk's plans, whose children with no hook and nothing below to walk
+    (``_tplan``'s last item) stay as they are without a ``walk`` call
+    (about half of the nodes are such leaves)."""
     changes = None
     walk = self.walk
     skip = _skipped(type(self), cst.CSTTransformer)
+    if plans is None:
+      plans = _NO_PLANS
     for field, kind in fields:
       value = getattr(node, field)
       if type(value) in skip:
@@ -469,7 +512,12 @@ class FastTransformer(cst.CSTTransformer):
       if kind == _SEQ or kind == _BODY:
         out, changed = [], False
         for child in value:
-          if type(child) in skip:
+          t = type(child)
+          if t in skip:
+            out.append(child)
+            continue
+          plan = plans.get(t)
+          if plan is not None and plan[4]:
             out.append(child)
             continue
           new = walk(child)
@@ -496,6 +544,9 @@ class FastTransformer(cst.CSTTransformer):
       elif value is None or isinstance(value, cst.MaybeSentinel):
         continue
       else:
+        plan = plans.get(type(value))
+        if plan is not None and plan[4]:
+          continue
         new = walk(value)
         if new is value:
           continue
@@ -518,12 +569,14 @@ class FastTransformer(cst.CSTTransformer):
 
 
 _TWALKED = {}  # transformer class -> {node class: its fields walked}
+_NO_PLANS = {}  # (a walk through on_visit / on_leave: every node walked)
 # how FastTransformer.walk calls a transformer class's hooks: through its
 # own on_visit / on_leave; the hooks directly; the hooks and a
 # STATEMENT_WRAPPER's enter_statement / leave_statement
 _GENERIC, _HOOKS_ONLY, _STATEMENTS = range(3)
 # transformer class -> (its mode, {node class: (visit_X, leave_X, fields
-# walked, whether the node is a statement)})
+# walked, whether the node is a statement, whether the walk has nothing to
+# do there)})
 _TPLANS = {}
 
 
@@ -557,10 +610,17 @@ def _tplan(plans, cls, node_cls):
   fields = fmap.get(node_cls, _MISSING)
   if fields is _MISSING:
     fields = _walked_fields(fmap, cls, node_cls)
-  plan = plans[node_cls] = (
-      _own_hook(cls, 'visit_' + node_cls.__name__),
-      _own_hook(cls, 'leave_' + node_cls.__name__), fields,
-      issubclass(node_cls, cst.BaseStatement))
+  hooks = _HOOK_TABLES.get((cls, cst.CSTTransformer))
+  if hooks is None:
+    hooks = _hook_table(cls, cst.CSTTransformer)
+  visit = hooks.get('visit_' + node_cls.__name__)
+  leave = hooks.get('leave_' + node_cls.__name__)
+  statement = issubclass(node_cls, cst.BaseStatement)
+  # nothing to do at such a node: no hook, no statement call, and no
+  # field below it to walk
+  leaf = (visit is None and leave is None and fields is not None
+          and not fields and not (statement and _TPLANS[cls][0] == _STATEMENTS))
+  plan = plans[node_cls] = (visit, leave, fields, statement, leaf)
   return plan
 
 
@@ -569,12 +629,16 @@ def _walked_fields(fmap, cls, node_cls):
   only where ``cls`` steps over tokens."""
   fields = _transform_fields(node_cls)
   if fields and _skipped(cls, cst.CSTTransformer) is TOKENS:
-    fields = tuple((f, k) for f, k in fields
-                   if f not in _token_fields(node_cls))
+    fields = _NONTOKEN_TFIELDS.get(node_cls)
+    if fields is None:
+      fields = _NONTOKEN_TFIELDS[node_cls] = tuple(
+          (f, k) for f, k in _transform_fields(node_cls)
+          if f not in _token_fields(node_cls))
   fmap[node_cls] = fields
   return fields
 
 
+_NONTOKEN_TFIELDS = {}  # node class -> _transform_fields, less token fields
 _THOOKS = {}  # (transformer class, node class) -> its visit_X or None
 _TLEAVES = {}  # (transformer class, node class) -> its leave_X or None
 
