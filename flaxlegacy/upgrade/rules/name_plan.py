@@ -26,7 +26,7 @@ def type_name(ref):
   if ref.kind == 'attention':
     return attention_rule.TYPE_NAME
   if ref.kind == 'class':
-    return None if ref.extra in ('ambiguous', 'field', 'runtime') else (
+    return None if ref.extra in ('ambiguous', 'field', 'runtime', 'mixed') else (
         ref.target.name)
   if ref.kind in ('partial', 'instance'):
     return type_name(ref.target)
