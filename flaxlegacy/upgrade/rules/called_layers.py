@@ -40,8 +40,8 @@ number, as in legacy) and calls it on the inputs; a plain function is
 called with the arguments as written.
 
 Not rewritten (the call keeps a TODO): a value the facts do not know, a
-legacy layer the upgrade ships its own linen version of (``GroupNorm``:
-only the ``.partial`` site knows which), a layer without an argument linen
+legacy layer the upgrade ships its own linen version of (``GroupNorm``)
+held bare, not through a ``.partial`` with keywords, a layer without an argument linen
 needs for the legacy numbers (``use_running_average``), a keyword a layer
 spells otherwise in linen (``bias`` -> ``use_bias``: the spelling depends
 on the class), ``*args`` / ``**kwargs``, positions the classes name
@@ -119,7 +119,11 @@ def check(codebase, values):
       funcs = True
     elif v[0] == 'layer':
       layer = layer_table.LAYERS.get(v[1])
-      if layer is None or layer.linen in layer_table.SHIPPED:
+      if layer is None or layer.linen in layer_table.SHIPPED and not v[2]:
+        # a layer flaxlegacy ships its own linen version of is that
+        # version where a .partial(...) with keywords made the value (the
+        # partial rules rewrite it, or keep a TODO there); a bare
+        # reference would be linen's own
         return None, (f'it holds legacy {v[1]}, which this upgrade does not '
                       'pass around')
       layers.append((layer, v[2]))
