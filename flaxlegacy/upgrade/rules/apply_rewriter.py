@@ -104,6 +104,27 @@ class _LocalScan(walk.FastVisitor):
 
 
 
+class _InLoops(walk.FastVisitor):
+  """The ids of the calls inside a loop or a comprehension."""
+
+  def __init__(self):
+    self.ids = set()
+    self._depth = 0
+
+  def _enter(self, node):  # pylint: disable=unused-argument
+    self._depth += 1
+
+  def _leave(self, node):  # pylint: disable=unused-argument
+    self._depth -= 1
+
+  visit_For = visit_While = visit_CompFor = _enter
+  leave_For = leave_While = leave_CompFor = _leave
+
+  def visit_Call(self, node):
+    if self._depth:
+      self.ids.add(id(node))
+
+
 def _target_names(t):
   if isinstance(t, cst.Name):
     return [t.value]
@@ -158,10 +179,14 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
     fn.body.visit(plan)
     self.dynamic = plan.dynamic
     self.names = None
+    self.used_dynamic = False
     self.instance_partials = {}  # id(X.partial call) -> legacy name or None
     for name, (pref, values, call, _) in self.instance_locals.items():
-      legacy = None if plan.dynamic else partial_locals.legacy_name(
-          plan.events, call, name_plan.type_name(pref))
+      type_name = name_plan.type_name(pref)
+      if plan.dynamic:
+        legacy = self._counted_instance(plan, values, call, type_name)
+      else:
+        legacy = partial_locals.legacy_name(plan.events, call, type_name)
       for v in values:
         self.instance_partials[id(v)] = (name, legacy)
     if not plan.dynamic:
@@ -179,7 +204,6 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
                        'check the names')
     else:
       self.todo_all = None
-    self.used_dynamic = False
     self._cache_calls = set()  # ids of cache.store / cache.retrieve funcs
 
   # -- names that are not loads --
@@ -273,6 +297,32 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
       expr = expr.attr  # a field read as self.f in the legacy source
     values = self.flow_values(expr)
     return values is not None and values == frozenset({flow_lib.NONE})
+
+  def _counted_instance(self, plan, values, call, type_name):
+    """In a body that counts its auto-names at run time: the name (a
+    plans.AutoName drawing from the counter) of a ``X.partial`` held by a
+    local and called once, where its call comes before the first auto-name
+    only the run can count (a value of several classes) and its
+    construction draws the same number: every earlier auto-named call
+    written before it, the call after it.  Else None."""
+    prefix = plan.events[:plan.static_prefix or 0]
+    if partial_locals.legacy_name(prefix, call, type_name) is None:
+      return None
+    index = [e[0] for e in prefix].index(id(call))
+    def at(node):
+      return self.ctx.line(node)
+    starts = [at(v) for v in values]
+    earlier = [at(plan.nodes[e[0]]) for e in prefix[:index]]
+    if None in starts + earlier or at(call) is None:
+      return None
+    if not all(max(earlier, default=0) < s < at(call) for s in starts):
+      return None
+    looped = _InLoops()
+    self.fn.body.visit(looped)
+    if any(id(v) in looped.ids for v in values):
+      return None  # constructed more than once
+    self.used_dynamic = True
+    return plans.AutoName(counter=_shared.AUTONAME_VAR, type_name=type_name)
 
   def _auto_name_plan(self, original, ref_type_name, ctor_src):
     """The name to add for an auto-named call (a plans.AutoName), or

@@ -26,7 +26,7 @@ def type_name(ref):
   if ref.kind == 'attention':
     return attention_rule.TYPE_NAME
   if ref.kind == 'class':
-    return None if ref.extra in ('ambiguous', 'field', 'runtime') else (
+    return None if ref.extra in ('ambiguous', 'field', 'runtime', 'mixed') else (
         ref.target.name)
   if ref.kind in ('partial', 'instance'):
     return type_name(ref.target)
@@ -70,6 +70,10 @@ class NamePlan(walk.FastVisitor):
     self.events = []
     self.refs = {}  # node id -> the Ref its call constructs (names plan)
     self.dynamic = False
+    # the events before the first whose count or type only the run knows:
+    # their legacy names are certain even in a dynamic plan
+    self.static_prefix = None
+    self.nodes = {}  # event node id -> the call node
     self.nested = False  # an auto-named call inside another's arguments
     self._open_calls = 0
     self._open_ids = []  # ids of the auto-named calls whose arguments run
@@ -136,13 +140,19 @@ class NamePlan(walk.FastVisitor):
       # an unnamed ``.shared()`` takes)
       name = _values_class_name(self.resolver.up, f)
       if name is None:
-        self.dynamic = True
+        self._set_dynamic()
     self._event(node, name)
+
+  def _set_dynamic(self):
+    if not self.dynamic:
+      self.static_prefix = len(self.events)
+    self.dynamic = True
 
   def _event(self, node, type_name):
     if self._unknown_depth or type_name is None and not isinstance(
         node.func, cst.Attribute):
-      self.dynamic = True
+      self._set_dynamic()
+    self.nodes[id(node)] = node
     self.events.append((id(node), type_name, len(self._loop_stack)))
 
   def _enter_unknown(self):

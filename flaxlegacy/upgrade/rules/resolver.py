@@ -14,6 +14,7 @@ from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import aliases as aliases_rule
 from flaxlegacy.upgrade.rules import attention as attention_rule
+from flaxlegacy.upgrade.rules import called_layers
 from flaxlegacy.upgrade.rules import runtime_modules
 from flaxlegacy.upgrade.rules import subclasses
 
@@ -58,6 +59,13 @@ class Resolver:
         return None, f'{name!r}: {why}; rewrite its uses by hand'
     choice, why = flow_lib.module_choice(self.up.ctx.codebase, values,
                                          use=self.use)
+    if choice is None and why and self.use is None:
+      # layers, classes of different fields, functions: called legacy-style,
+      # split at run time where every value is known (called_layers.py)
+      ref, why2 = called_layers.check(self.up.ctx.codebase, values)
+      if ref is not None:
+        return ref, None
+      why = why2 or why
     if choice is None:
       return None, (f'{name!r}: {why}; rewrite its uses by hand' if why
                     else None)

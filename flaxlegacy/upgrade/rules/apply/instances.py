@@ -132,7 +132,9 @@ class InstanceRules:
         return updated
     name = None
     if _shared.call_name(original) is None:
-      name = plans.AutoName(literal=legacy)
+      # counted at run time (ApplyRewriter._counted_instance), or known
+      name = legacy if isinstance(legacy, plans.AutoName) else (
+          plans.AutoName(literal=legacy))
     self.rewrote(original, 'partial', f'.partial held by {local} (called '
                  'once) -> one module instance')
     module = constructors.module_ref(self, inner, updated.func.value)

@@ -17,6 +17,7 @@ from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention as attention_rule
+from flaxlegacy.upgrade.rules import called_layers
 from flaxlegacy.upgrade.rules import constructors
 from flaxlegacy.upgrade.rules import name_plan
 from flaxlegacy.upgrade.rules import runtime_modules
@@ -63,6 +64,8 @@ class ModuleCallRules:
     return self._module_call(original_node, updated_node, ref)
 
   def _module_call(self, original, updated, ref):
+    if ref.kind == 'class' and ref.extra == called_layers.EXTRA:
+      return called_layers.call(self, original, updated, ref)
     if ref.kind == 'class' and ref.extra == 'runtime':
       return runtime_modules.call(
           self, original, updated, ref, lambda: self._auto_name(

@@ -1,0 +1,228 @@
+"""Rule: a value that holds legacy layers, module classes (or ``.partial``s
+of them) and plain functions, called legacy-style in a module body.
+
+Research code hands layers to its modules and calls them as legacy did::
+
+    def get_norm(kind, train):
+      if kind == 'bn':
+        return nn.BatchNorm.partial(use_running_average=not train)
+      elif kind == 'ln':
+        return nn.LayerNorm
+      def identity(x, name=None):
+        return x
+      return identity
+
+    class Block(nn.Module):
+      def apply(self, x, features, conv, norm_kind='bn', train=True):
+        norm = get_norm(norm_kind, train)
+        y = conv(x, features, (3, 3), name='conv1')   # conv: a field
+        return norm(y)
+
+Linen constructs, then calls: ``nn.Conv(features, (3, 3), name=...)(x)``;
+which keywords are fields and which ``__call__`` arguments is the class's,
+and a plain function takes the call as written.  Where the values the
+codebase gives the callee (flow.py) are all known -- legacy layers whose
+``.partial`` the upgrade rewrote (``functools.partial`` of the linen
+layer), module classes the upgrade converts (or their partials), plain
+functions of the codebase -- but no one split serves them all (different
+classes, or a function among them), the call becomes::
+
+    _legacy_layer_call(norm, ('features', 'kernel_size'), legacy_autoname,
+                       y, 8, (3, 3))
+
+a small function written into the upgraded file (plain linen): for a
+module class it names the positional hyper-parameters (every possible
+class must give the same positions the same names: else a TODO), splits
+the keywords by the dataclass fields of the class it holds at run time,
+constructs it inside the calling module (the legacy name, or the legacy
+auto-name ``<Class>_<n>`` from the body's counter: only a module takes a
+number, as in legacy) and calls it on the inputs; a plain function is
+called with the arguments as written.
+
+Not rewritten (the call keeps a TODO): a value the facts do not know, a
+legacy layer the upgrade ships its own linen version of (``GroupNorm``)
+held bare, not through a ``.partial`` with keywords, a layer without an argument linen
+needs for the legacy numbers (``use_running_average``), a keyword a layer
+spells otherwise in linen (``bias`` -> ``use_bias``: the spelling depends
+on the class), ``*args`` / ``**kwargs``, positions the classes name
+differently.
+"""
+
+import libcst as cst
+
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade.rules import _shared
+
+EXTRA = 'mixed'  # Ref('class', Values, EXTRA)
+HELPER = '_legacy_layer_call'
+HELPER_SRC = '''
+
+# Written by flaxlegacy upgrade: a legacy module argument called as legacy
+# called it, whose value (a linen module class, a partial of one, or a plain
+# function) is known only at run time.
+def _legacy_layer_call(layer, positional, autoname, /, *args, **kwargs):
+  """Calls ``layer`` as the legacy code did: a linen module class (or a
+  partial of one) is constructed with the keywords that are its dataclass
+  fields (the hyper-parameters passed by position named by
+  ``positional``; ``name`` the given one, else ``<Class>_<n>`` from
+  ``autoname``) and called on the inputs with the rest; anything else is
+  called with the arguments as they are."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import flax.linen  # pylint: disable=g-import-not-at-top
+  cls = layer
+  while not isinstance(cls, type) and hasattr(cls, 'func'):
+    cls = cls.func
+  if not (isinstance(cls, type) and issubclass(cls, flax.linen.Module)):
+    return layer(*args, **kwargs)
+  n = len(args) - len(positional)
+  kwargs = {**dict(zip(positional, args[n:])), **kwargs}
+  if 'name' not in kwargs:
+    kwargs['name'] = f'{cls.__name__}_{next(autoname)}'
+  fields = {f.name for f in dataclasses.fields(cls) if f.init} - {'parent'}
+  ctor = {k: v for k, v in kwargs.items() if k in fields}
+  call = {**getattr(layer, 'call_kwargs', {}),
+          **{k: v for k, v in kwargs.items() if k not in fields}}
+  return layer(**ctor)(*args[:n], **call)
+'''
+
+
+class Values:
+  """What a callee holds: ``layers`` (layer_table.Layer, keyword sets),
+  ``infos`` (ModuleInfo), ``funcs`` (whether a plain function is among
+  them).  ``fields`` / ``call`` / ``params`` are empty: the split is the
+  run time's."""
+  fields = ()
+  call = ()
+  params = ()
+  driven = ()
+  problems = ()
+  name = None
+
+  def __init__(self, layers, infos, funcs):
+    self.layers = layers
+    self.infos = infos
+    self.funcs = funcs
+
+
+def check(codebase, values):
+  """(Ref, None) when ``values`` (what a called expression holds, flow.py)
+  are all known and a call of it can be split at run time; (None, why) when
+  some value rules that out; (None, None) when nothing here applies."""
+  if not values:
+    return None, None
+  usable = flow_lib.usable(values, None, getattr(codebase, 'flow', None))
+  layers, infos, funcs = [], [], False
+  for v in sorted(usable, key=repr):
+    if v[0] == 'func':
+      funcs = True
+    elif v[0] == 'layer':
+      layer = layer_table.LAYERS.get(v[1])
+      if layer is None or layer.linen in layer_table.SHIPPED and not v[2]:
+        # a layer flaxlegacy ships its own linen version of is that
+        # version where a .partial(...) with keywords made the value (the
+        # partial rules rewrite it, or keep a TODO there); a bare
+        # reference would be linen's own
+        return None, (f'it holds legacy {v[1]}, which this upgrade does not '
+                      'pass around')
+      layers.append((layer, v[2]))
+    elif v[0] == 'class':
+      f = codebase.files.get(v[1])
+      info = f.modules.get(v[2]) if f is not None else None
+      if info is None or info.problems:
+        return None, (f'it holds {v[2]}, not a module class the upgrade '
+                      'converts')
+      infos.append(info)
+    else:
+      return None, None
+  if not layers and not infos:
+    return None, None
+  return _shared.Ref('class', Values(layers, infos, funcs), EXTRA), None
+
+
+def _positional_names(values, count):
+  """The legacy names of positions 1..count-1 (after the input), the same
+  for every module value, or (None, why)."""
+  names = None
+  sigs = [('inputs',) + layer.params for layer, _ in values.layers]
+  for info in values.infos:
+    if info.var_pos or not info.params or info.params[0] in info.fields:
+      return None, (f'{info.name} takes *args or no input first')
+    sigs.append(tuple(p for p in info.params if p not in info.kwonly))
+  for sig in sigs:
+    if count > len(sig):
+      return None, 'more positional arguments than a legacy apply takes'
+    got = sig[1:count]
+    if names is not None and got != names:
+      return None, ('its classes name the positional hyper-parameters '
+                    'differently')
+    names = got
+  return names, None
+
+
+def _keyword_problem(values, keys):
+  """Why the keywords ``keys`` of a call cannot be split at run time, or
+  None."""
+  for layer, bound in values.layers:
+    for k in keys:
+      if k in layer.renames:
+        return (f'legacy {layer.legacy} spells {k!r} otherwise in linen '
+                f'({layer.renames[k]!r}), and the class is known only at '
+                'run time')
+      if (layer.legacy, k) in layer_table.UNSUPPORTED_ARGS:
+        return layer_table.UNSUPPORTED_ARGS[(layer.legacy, k)]
+      if k not in layer.params:
+        return f'legacy {layer.legacy} takes no {k!r}'
+    missing = [k for k in layer.add_kwargs if k not in bound and k not in keys]
+    if missing:
+      return (f'legacy {layer.legacy} without {missing}, which linen needs '
+              'for the legacy numbers')
+  for info in values.infos:
+    for k in keys:
+      if k not in info.params and not info.var_kw:
+        return f'{info.name} takes no {k!r}'
+  return None
+
+
+def call(up, original, updated, ref):
+  """The rewritten call (``_legacy_layer_call(...)``), or ``updated``
+  after a TODO."""
+  values = ref.target
+  name = up.ctx.code_of(original.func)
+  args = list(updated.args)
+  if any(a.star for a in args):
+    up.todo(original, f'{name!r} holds legacy layers or modules known only '
+            'at run time: *args / **kwargs only each class\'s signature can '
+            'split: rewrite its calls by hand')
+    return updated
+  positional = [a for a in args if a.keyword is None]
+  keywords = [a for a in args if a.keyword is not None]
+  if not positional or args.index(positional[-1]) != len(positional) - 1:
+    up.todo(original, f'{name!r}: a legacy module call needs its input '
+            'first: rewrite its calls by hand')
+    return updated
+  names, why = _positional_names(values, len(positional))
+  keys = [a.keyword.value for a in keywords]
+  why = why or _keyword_problem(values, list(names or ()) + [
+      k for k in keys if k != 'name'])
+  if why:
+    up.todo(original, f'{name!r} holds legacy layers or modules known only '
+            f'at run time: {why}: rewrite its calls by hand')
+    return updated
+  if 'name' in keys:
+    counter = cst.Name('None')
+  else:
+    plan = up._auto_name_plan(original, None, 'cls')  # pylint: disable=protected-access
+    if plan is None or plan.counter is None:
+      up.todo(original, 'cannot tell the legacy auto-name')
+      return updated
+    counter = cst.Name(plan.counter)
+  up.ctx.needed_defs[HELPER] = HELPER_SRC
+  up.rewrote(original, 'called_layers', 'call of a value holding legacy '
+             'layers / modules / functions -> split at run time')
+  new = [cst.Arg(value=updated.func),
+         cst.Arg(value=cst_util.expr(repr(tuple(names)))),
+         cst.Arg(value=counter)]
+  new += [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
+  return cst.Call(func=cst.Name(HELPER), args=new)
