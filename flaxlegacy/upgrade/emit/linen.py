@@ -696,6 +696,11 @@ class LinenProgramEmitter:
     (statements)."""
     t = self._code(plan.target)
     if plan.new_state is not None:
+      if isinstance(plan.target, (cst.Tuple, cst.List)) and not (
+          t.startswith(('(', '['))):
+        # ``a, b = model(x)`` in a stateful block: apply returns (outputs,
+        # state), the outputs unpacked as the legacy call's were
+        t = f'({t})'
       t = f'{t}, {plan.new_state}'
     return [cst.parse_statement(f'{t} = {self._model_apply_src(plan.apply)}\n')]
 
@@ -863,10 +868,26 @@ class LinenProgramEmitter:
       apply = ('None' if plan.apply_fn is None
                else self.apply_fn_src(plan.apply_fn))
     tx = self._tx_src(plan.tx)
-    self._import('from flax.training import train_state')
     return cst.parse_expression(
-        f'train_state.TrainState.create(apply_fn={apply}, '
+        f'{self._train_state_class()}.create(apply_fn={apply}, '
         f'params={self._code(plan.params)}, tx={tx})')
+
+  def _train_state_class(self):
+    """``train_state.TrainState`` (importing flax.training's module), or
+    ``FlaxTrainState`` (imported by that name) in a file that binds the
+    name ``train_state`` itself (a variable holding the program's train
+    state would shadow the module where it is used)."""
+    ctx = self._rw().ctx
+    flow = getattr(ctx.codebase, 'flow', None)
+    rel = ctx.facts.path
+    if flow is not None and any(
+        r == rel and 'train_state' in s.bound
+        for (r, _), s in flow.scopes.items()):
+      self._import('from flax.training.train_state import TrainState as '
+                   'FlaxTrainState')
+      return 'FlaxTrainState'
+    self._import('from flax.training import train_state')
+    return 'train_state.TrainState'
 
   def traversal_object(self, plan):
     """TraversalObject -> ``flax.traverse_util.ModelParamTraversal``."""
@@ -887,6 +908,8 @@ class LinenProgramEmitter:
     ``dynamic_scale_lib.DynamicScale`` or ``dict``."""
     if plan.what == 'Collection':
       return cst.Name('dict')  # {'batch_stats': ...} variables
+    if plan.what == 'Optimizer':
+      return cst.parse_expression(self._train_state_class())
     imp, src = LEGACY_TYPES[plan.what]
     self._import(imp)
     return cst.parse_expression(src)
