@@ -21,7 +21,9 @@ linen's dtype on ``fill_value`` (TypeError), ``a, b, s = apply(...,
 mutable=...)`` unpacked ``(outputs, state)`` into three names
 (ValueError), and ``train_state.TrainState.create`` read the module name
 ``train_state`` where a local of that name shadowed it
-(UnboundLocalError).  Now every step runs with the layer off and gives the
+(UnboundLocalError), and ``model.module.__name__`` (logging code) of a
+carried model whose module is a ``functools.partial`` (AttributeError).
+Now every step runs with the layer off and gives the
 legacy numbers.
 """
 
@@ -193,6 +195,7 @@ for name in ('wide', 'deep'):
   out[name + '_state'] = means
   ts = pipeline.make_train_state(model, new_state)
   out[name + '_ts'] = type(ts).__name__
+  out[name + '_module'] = model.module.__name__
 import sys
 out['flaxlegacy'] = 'flaxlegacy' in sys.modules
 print(json.dumps(out))
@@ -233,6 +236,10 @@ def test_model_zoo_over_an_abstract_base(tmp_path):
     for a, b in zip(upgraded[f'{name}_state'], legacy[f'{name}_state']):
       np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
   assert upgraded['wide_ts'] == legacy['wide_ts'] == 'TrainState'
+  # legacy's Wide.partial(...) was a class named Wide (logging code reads
+  # model.module.__name__: AttributeError on a functools.partial before)
+  assert upgraded['wide_module'] == legacy['wide_module'] == 'Wide'
+  assert upgraded['deep_module'] == legacy['deep_module'] == 'Deep'
 
 
 INIT_PARTIAL = '''
