@@ -429,6 +429,25 @@ CHECKPOINT_FUNCTIONS = {'restore': 'legacy_checkpoints.restore_checkpoint',
                         'save': 'legacy_checkpoints.save_checkpoint'}
 
 
+def _sees_own(flow, rel, qual, name, annotation=False):
+  """Whether code in scope ``qual`` of ``rel`` reads ``name`` from a
+  binding of the file (its function, an enclosing function, the module;
+  an enclosing class only for its own body), not from an import added
+  at the top.  ``annotation``: an annotation, which in a function is its
+  parameters' or return's (evaluated where the def is) or a local's
+  (never evaluated)."""
+  s = flow.scopes.get((rel, qual))
+  if annotation and s is not None and s.kind == 'function':
+    s = s.parent
+  first = True
+  while s is not None:
+    if (s.kind != 'class' or first) and name in s.bound:
+      return True
+    first = False
+    s = s.parent
+  return False
+
+
 class LinenProgramEmitter:
   """Writes the program pass's plans as linen + optax code; ``rw``: the
   ``ProgramRewriter``, whose ``imports`` (statements) its text adds to."""
@@ -872,17 +891,18 @@ class LinenProgramEmitter:
         f'{self._train_state_class()}.create(apply_fn={apply}, '
         f'params={self._code(plan.params)}, tx={tx})')
 
-  def _train_state_class(self):
+  def _train_state_class(self, annotation=False):
     """``train_state.TrainState`` (importing flax.training's module), or
-    ``FlaxTrainState`` (imported by that name) in a file that binds the
-    name ``train_state`` itself (a variable holding the program's train
-    state would shadow the module where it is used)."""
-    ctx = self._rw().ctx
+    ``FlaxTrainState`` (imported by that name) where the scope it is
+    written in sees a ``train_state`` of the file's own (a variable holding
+    the program's train state: the module's name would be shadowed)."""
+    rw = self._rw()
+    ctx = rw.ctx
     flow = getattr(ctx.codebase, 'flow', None)
-    rel = ctx.facts.path
-    if flow is not None and any(
-        r == rel and 'train_state' in s.bound
-        for (r, _), s in flow.scopes.items()):
+    qual = rw.qual() if hasattr(rw, 'qual') else '.'.join(
+        getattr(rw, '_quals', ()))
+    if flow is not None and _sees_own(flow, ctx.facts.path, qual,
+                                      'train_state', annotation):
       self._import('from flax.training.train_state import TrainState as '
                    'FlaxTrainState')
       return 'FlaxTrainState'
@@ -909,7 +929,7 @@ class LinenProgramEmitter:
     if plan.what == 'Collection':
       return cst.Name('dict')  # {'batch_stats': ...} variables
     if plan.what == 'Optimizer':
-      return cst.parse_expression(self._train_state_class())
+      return cst.parse_expression(self._train_state_class(annotation=True))
     imp, src = LEGACY_TYPES[plan.what]
     self._import(imp)
     return cst.parse_expression(src)
