@@ -429,18 +429,21 @@ CHECKPOINT_FUNCTIONS = {'restore': 'legacy_checkpoints.restore_checkpoint',
                         'save': 'legacy_checkpoints.save_checkpoint'}
 
 
-def _sees_own(flow, rel, qual, name, annotation=False):
+def _sees_own(flow, rel, qual, name, annotation=False, module_level=True):
   """Whether code in scope ``qual`` of ``rel`` reads ``name`` from a
   binding of the file (its function, an enclosing function, the module;
   an enclosing class only for its own body), not from an import added
   at the top.  ``annotation``: an annotation, which in a function is its
   parameters' or return's (evaluated where the def is) or a local's
-  (never evaluated)."""
+  (never evaluated); ``module_level``: whether a module-level binding
+  counts."""
   s = flow.scopes.get((rel, qual))
   if annotation and s is not None and s.kind == 'function':
     s = s.parent
   first = True
   while s is not None:
+    if s.kind == 'module' and not module_level:
+      return False
     if (s.kind != 'class' or first) and name in s.bound:
       return True
     first = False
@@ -901,8 +904,13 @@ class LinenProgramEmitter:
     flow = getattr(ctx.codebase, 'flow', None)
     qual = rw.qual() if hasattr(rw, 'qual') else '.'.join(
         getattr(rw, '_quals', ()))
+    # (a module-level ``train_state`` that is flax's module, imported by
+    # the file itself, is no shadow)
+    imported = ctx.facts.imports.get('train_state') == (
+        'flax.training.train_state')
     if flow is not None and _sees_own(flow, ctx.facts.path, qual,
-                                      'train_state', annotation):
+                                      'train_state', annotation,
+                                      module_level=not imported):
       self._import('from flax.training.train_state import TrainState as '
                    'FlaxTrainState')
       return 'FlaxTrainState'
