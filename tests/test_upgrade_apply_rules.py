@@ -60,15 +60,18 @@ def test_callee_case_is_last():
 
 
 def test_file_call_cases_are_the_upgraders_in_order():
-  # a file's rules (rules/rewriter.py): recurrent cells first, the
-  # module-level .partial (and its TODO) last, as it always answers
+  # a file's rules (rules/rewriter.py): recurrent cells first, then
+  # partials of initializers, the module-level .partial (and its TODO)
+  # last, as it always answers
   own = [fn for n, fn in vars(rewriter.Upgrader).items()
          if n.startswith('_call_')]
   assert len(own) == 4
-  assert rewriter.FILE_CALL_CASES[1:] == tuple(own)
+  assert rewriter.FILE_CALL_CASES[2:] == tuple(own)
   assert rewriter.FILE_CALL_CASES[-1] is (
       rewriter.Upgrader._call_module_level_partial)  # pylint: disable=protected-access
   assert rewriter.FILE_CALL_CASES[0].__module__.endswith('.recurrent')
+  assert rewriter.FILE_CALL_CASES[1].__module__.endswith(
+      '.initializer_partials')
 
 
 def test_concept_modules_import_nothing_of_their_package():

@@ -365,6 +365,19 @@ def _serializable_model(cls):
   return cls
 
 
+def _named(module):
+  """``module``, answering ``module.__name__`` as legacy's did: legacy
+  ``X.partial(...)`` was a subclass of X of the same name (``model.module.
+  __name__`` in logging code), a ``functools.partial`` / ``partial_module``
+  of X has no name of its own."""
+  if not isinstance(module, type) and not hasattr(module, '__name__'):
+    try:
+      module.__name__ = _model_module_class(module).__name__
+    except (AttributeError, TypeError):  # an instance that takes none
+      pass
+  return module
+
+
 @_serializable_model
 @_pytree_class
 class Model:
@@ -380,7 +393,7 @@ class Model:
   """
 
   def __init__(self, module, params):
-    self.module = module
+    self.module = _named(module)
     self.params = params
 
   def __call__(self, *args, **kwargs):

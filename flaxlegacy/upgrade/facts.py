@@ -107,6 +107,11 @@ class FileFacts:
   init_shapes: List[Dict[str, Any]] = dataclasses.field(default_factory=list)
   # classes this file makes shared instances of (``M.shared(...)``)
   shared_classes: set = dataclasses.field(default_factory=set)
+  # class name -> (base as written, ModuleInfo) of top-level classes whose
+  # base is imported from another file (``base_model.BaseModel``): legacy
+  # modules if that base is one (CodebaseFacts.finish decides)
+  foreign_subclasses: Dict[str, Any] = dataclasses.field(
+      default_factory=dict)
 
 
 def _import_name(alias):
@@ -175,18 +180,7 @@ class _FileVisitor(walk.FastVisitor):
         base = b.value.value if b.value.value in self.f.modules else None
       if base is None:
         continue
-      apply = None
-      for stmt in node.body.body:
-        if isinstance(stmt, cst.FunctionDef) and stmt.name.value == 'apply':
-          apply = stmt
-      info = self._info(node.name.value, 'class', apply, skip_self=True)
-      info.base = base
-      if apply is not None:
-        method_facts.collect_class(info, node)
-      extra, info.shared_kw = helper_facts.shared_calls(node, apply,
-                                                   set(info.params))
-      info.child_calls += extra
-      info.nested = nested
+      info = self._class_info(node, base, nested)
       self._module_stack[-1] = True
       old = self.f.modules.get(info.name)
       if old is not None and (old.params, old.defaults) != (
@@ -199,6 +193,32 @@ class _FileVisitor(walk.FastVisitor):
             i.problems.append(why)
       self.f.modules[info.name] = info
       return
+
+    if not nested:
+      for b in node.bases:
+        name = dotted(b.value)
+        if name and name.split('.')[0] in self.f.imports and (
+            legacy_attr(b.value, self.f.nn_prefixes) is None):
+          # a base imported from another file: a legacy module class if
+          # that file defines it as one (CodebaseFacts.finish)
+          self.f.foreign_subclasses[node.name.value] = (
+              name, self._class_info(node, name.split('.')[-1], nested))
+          return
+
+  def _class_info(self, node, base, nested):
+    apply = None
+    for stmt in node.body.body:
+      if isinstance(stmt, cst.FunctionDef) and stmt.name.value == 'apply':
+        apply = stmt
+    info = self._info(node.name.value, 'class', apply, skip_self=True)
+    info.base = base
+    if apply is not None:
+      method_facts.collect_class(info, node)
+    extra, info.shared_kw = helper_facts.shared_calls(node, apply,
+                                                 set(info.params))
+    info.child_calls += extra
+    info.nested = nested
+    return info
 
   def leave_ClassDef(self, node):
     self.class_depth -= 1
@@ -509,8 +529,42 @@ class CodebaseFacts:
       self.partial_kwargs.setdefault(name, set()).update(keys)
     self.shared_classes |= facts.shared_classes
 
+  def _foreign_base(self, file_facts, written):
+    """The ModuleInfo of the module class a base written ``written``
+    (``base_model.BaseModel``, or ``BaseModel`` imported by name) names in
+    another file of the codebase, or None."""
+    parts = written.split('.')
+    full = file_facts.imports.get(parts[0])
+    if not full:
+      return None
+    path = '.'.join([full] + parts[1:-1]) if len(parts) > 1 else (
+        full.rsplit('.', 1)[0] if '.' in full else '')
+    target = self._file_named(path) if path else None
+    if target is None or target is file_facts:
+      return None
+    info = target.modules.get(parts[-1])
+    if info is None or info.kind != 'class' or getattr(info, 'nested', False):
+      return None
+    return info
+
+  def adopt_foreign_subclasses(self):
+    """Classes whose base is a legacy module class of another file are
+    legacy module classes too (chains across files: until nothing moves)."""
+    changed = True
+    while changed:
+      changed = False
+      for f in self.files.values():
+        for name, (written, info) in list(f.foreign_subclasses.items()):
+          if name in f.modules or self._foreign_base(f, written) is None:
+            continue
+          del f.foreign_subclasses[name]
+          f.modules[name] = info
+          self.modules.setdefault(name, info)
+          changed = True
+
   def finish(self):
     """Splits every module's parameters (see the module docstring)."""
+    self.adopt_foreign_subclasses()
     alias_facts.propagate_partial_kwargs(self)  # X = M.partial(k=...): M's too
     infos = [i for f in self.files.values() for i in f.modules.values()]
     for info in infos:

@@ -21,12 +21,21 @@ def collect_facts(file_facts, module):
   to linen, else why not (``param_overrides``)."""
   shapes = {}
   overrides = {}
+  class_level = {}
+  foreign = getattr(file_facts, 'foreign_subclasses', {})
   for stmt in module.body:
     if not isinstance(stmt, cst.ClassDef) or (
-        stmt.name.value not in file_facts.modules):
+        stmt.name.value not in file_facts.modules
+        and stmt.name.value not in foreign):
       continue
-    methods = [s.name.value for s in stmt.body.body
-               if isinstance(s, cst.FunctionDef)]
+    # classmethods / staticmethods (factories building the class's
+    # .partial) are no part of what a module computes: not counted
+    own = [s for s in stmt.body.body if isinstance(s, cst.FunctionDef)
+           and not is_class_level(s)]
+    methods = [s.name.value for s in own]
+    class_level[stmt.name.value] = [
+        s.name.value for s in stmt.body.body
+        if isinstance(s, cst.FunctionDef) and is_class_level(s)]
     found = []
 
     class V(walk.FastVisitor):
@@ -35,12 +44,26 @@ def collect_facts(file_facts, module):
         if isinstance(node.func, cst.Name) and node.func.value == 'super':
           found.append(node)
 
-    stmt.visit(V())
+    for s in own:
+      s.visit(V())
     shapes[stmt.name.value] = (methods, bool(found))
     if methods == ['param']:
       overrides[stmt.name.value] = _param_override_why(stmt)
   file_facts.class_shapes = shapes
   file_facts.param_overrides = overrides
+  file_facts.class_level_methods = class_level
+
+
+def is_class_level(fn):
+  """Whether ``fn`` (a method) is a ``@classmethod`` / ``@staticmethod``."""
+  return any(isinstance(d.decorator, cst.Name) and d.decorator.value in (
+      'classmethod', 'staticmethod') for d in fn.decorators)
+
+
+def class_level_methods(codebase, info):
+  """The names of the classmethods / staticmethods of a module class."""
+  f = codebase.files.get(info.file)
+  return getattr(f, 'class_level_methods', {}).get(info.name, [])
 
 
 def super_param_call(node):

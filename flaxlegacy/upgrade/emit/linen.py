@@ -610,6 +610,28 @@ CHECKPOINT_FUNCTIONS = {'restore': 'legacy_checkpoints.restore_checkpoint',
                         'save': 'legacy_checkpoints.save_checkpoint'}
 
 
+def _sees_own(flow, rel, qual, name, annotation=False, module_level=True):
+  """Whether code in scope ``qual`` of ``rel`` reads ``name`` from a
+  binding of the file (its function, an enclosing function, the module;
+  an enclosing class only for its own body), not from an import added
+  at the top.  ``annotation``: an annotation, which in a function is its
+  parameters' or return's (evaluated where the def is) or a local's
+  (never evaluated); ``module_level``: whether a module-level binding
+  counts."""
+  s = flow.scopes.get((rel, qual))
+  if annotation and s is not None and s.kind == 'function':
+    s = s.parent
+  first = True
+  while s is not None:
+    if s.kind == 'module' and not module_level:
+      return False
+    if (s.kind != 'class' or first) and name in s.bound:
+      return True
+    first = False
+    s = s.parent
+  return False
+
+
 class LinenProgramEmitter:
   """Writes the program pass's plans as linen + optax code; ``rw``: the
   ``ProgramRewriter``, whose ``imports`` (statements) its text adds to."""
@@ -877,6 +899,11 @@ class LinenProgramEmitter:
     (statements)."""
     t = self._code(plan.target)
     if plan.new_state is not None:
+      if isinstance(plan.target, (cst.Tuple, cst.List)) and not (
+          t.startswith(('(', '['))):
+        # ``a, b = model(x)`` in a stateful block: apply returns (outputs,
+        # state), the outputs unpacked as the legacy call's were
+        t = f'({t})'
       t = f'{t}, {plan.new_state}'
     return [cst.parse_statement(f'{t} = {self._model_apply_src(plan.apply)}\n')]
 
@@ -1044,10 +1071,32 @@ class LinenProgramEmitter:
       apply = ('None' if plan.apply_fn is None
                else self.apply_fn_src(plan.apply_fn))
     tx = self._tx_src(plan.tx)
-    self._import('from flax.training import train_state')
     return cst.parse_expression(
-        f'train_state.TrainState.create(apply_fn={apply}, '
+        f'{self._train_state_class()}.create(apply_fn={apply}, '
         f'params={self._code(plan.params)}, tx={tx})')
+
+  def _train_state_class(self, annotation=False):
+    """``train_state.TrainState`` (importing flax.training's module), or
+    ``FlaxTrainState`` (imported by that name) where the scope it is
+    written in sees a ``train_state`` of the file's own (a variable holding
+    the program's train state: the module's name would be shadowed)."""
+    rw = self._rw()
+    ctx = rw.ctx
+    flow = getattr(ctx.codebase, 'flow', None)
+    qual = rw.qual() if hasattr(rw, 'qual') else '.'.join(
+        getattr(rw, '_quals', ()))
+    # (a module-level ``train_state`` that is flax's module, imported by
+    # the file itself, is no shadow)
+    imported = ctx.facts.imports.get('train_state') == (
+        'flax.training.train_state')
+    if flow is not None and _sees_own(flow, ctx.facts.path, qual,
+                                      'train_state', annotation,
+                                      module_level=not imported):
+      self._import('from flax.training.train_state import TrainState as '
+                   'FlaxTrainState')
+      return 'FlaxTrainState'
+    self._import('from flax.training import train_state')
+    return 'train_state.TrainState'
 
   def traversal_object(self, plan):
     """TraversalObject -> ``flax.traverse_util.ModelParamTraversal``."""
@@ -1068,6 +1117,8 @@ class LinenProgramEmitter:
     ``dynamic_scale_lib.DynamicScale`` or ``dict``."""
     if plan.what == 'Collection':
       return cst.Name('dict')  # {'batch_stats': ...} variables
+    if plan.what == 'Optimizer':
+      return cst.parse_expression(self._train_state_class(annotation=True))
     imp, src = LEGACY_TYPES[plan.what]
     self._import(imp)
     return cst.parse_expression(src)

@@ -89,6 +89,11 @@ class CallFacts:
           else:
             changed |= self._merge_dict(v[1], vals)
     if method is None and isinstance(f, cst.Attribute):
+      # X.m(...) / cls.m(...) / super(C, cls).m(...): a classmethod of a
+      # legacy module class (or of one of its user bases)
+      for d in self._legacy_class_method_defs(rel, qual, f):
+        targets.append((d, 0, 1 if not _static(d) else 0))
+    if method is None and isinstance(f, cst.Attribute):
       # obj.m(...) / self.m(...) / super().m(...): a method of a class of
       # the codebase (or of one of its bases)
       for v in self._receiver_classes(rel, qual, f.value):
@@ -106,6 +111,29 @@ class CallFacts:
       changed |= self._bind_args(rel, qual, d, call.args, skip, self_params)
     return changed
 
+
+  def _legacy_class_method_defs(self, rel, qual, f):
+    """The classmethod defs ``f`` (``X.m`` / ``super(C, cls).m``) runs,
+    X holding legacy module classes."""
+    out = []
+    recv = f.value
+    if (isinstance(recv, cst.Call) and cst_util.dotted(recv.func) == 'super'
+        and len(recv.args) == 2):
+      for v in self.expr_values(rel, qual, recv.args[0].value):
+        if v[0] != 'class':
+          continue
+        for r, n in self._legacy_ancestry(v[1], v[2])[1:]:
+          d = self.legacy_class_method(r, n, f.attr.value)
+          if d is not None and d not in out:
+            out.append(d)
+            break
+      return out
+    for v in self.expr_values(rel, qual, recv):
+      if v[0] == 'class':
+        d = self.legacy_class_method(v[1], v[2], f.attr.value)
+        if d is not None and d not in out:
+          out.append(d)
+    return out
 
   def _bind_args(self, rel, qual, d, args, skip, self_params):
     """Arguments of one call to the parameters of ``d``; ``skip``: leading
@@ -193,3 +221,8 @@ class CallFacts:
         if d.starstar:
           changed |= self._add_key(d.kwargs_site(), None, every)
     return changed
+
+
+def _static(d):
+  return any(shared.decorator_name(x) == 'staticmethod'
+             for x in d.node.decorators)

@@ -195,6 +195,49 @@ class DefFacts:
     return changed
 
 
+  # -- classmethods / staticmethods of legacy module classes ---------------
+  # (a model zoo's factories: ``ResNet.build_flax_module(hparams)``
+  # returning ``cls.partial(**hparams)``; ``cls`` holds the class the
+  # method is called on, or one of its subclasses)
+
+  def _legacy_ancestry(self, rel, name):
+    """``[(rel, name)]`` of the legacy module class ``name`` of ``rel``
+    and its user module bases (across files), nearest first."""
+    out = []
+    f = self._module_files.get(rel)
+    info = f.modules.get(name) if f is not None else None
+    while info is not None and info.kind == 'class' and len(out) < 16:
+      key = (info.file, info.name)
+      if key in out:
+        break
+      out.append(key)
+      if info.base == 'Module' or self.codebase is None:
+        break
+      info = self.codebase.module(self.codebase.files.get(info.file),
+                                  info.base)
+    return out
+
+  def legacy_class_method(self, rel, name, attr):
+    """The Def of the classmethod / staticmethod ``attr`` that the legacy
+    module class ``name`` of ``rel`` has (its own or a user base's), or
+    None."""
+    for r, n in self._legacy_ancestry(rel, name):
+      d = self.defs.get((r, f'{self._class_qual(r, n)}.{attr}'))
+      if d is not None:
+        return d if shared.class_level(d.node) else None
+    return None
+
+  def legacy_class_and_subclasses(self, rel, name):
+    """``('class', ...)`` values of the legacy module class ``name`` of
+    ``rel`` and of every module class of the codebase below it."""
+    out = {('class', rel, name, frozenset())}
+    for f in self._module_files.values():
+      for info in f.modules.values():
+        if info.kind == 'class' and (rel, name) in self._legacy_ancestry(
+            info.file, info.name)[1:]:
+          out.add(('class', info.file, info.name, frozenset()))
+    return out
+
   def _class_qual(self, rel, name):
     for (r, q), k in self.globals_kind.items():
       if r == rel and k == 'class' and q.split('.')[-1] == name:

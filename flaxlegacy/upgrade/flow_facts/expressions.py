@@ -40,6 +40,13 @@ class ExpressionFacts:
         return {('nn',)}
       s = self.scopes.get((rel, qual))
       if s is not None and s.cls and expr.value == s.self_name:
+        d = self.defs.get((rel, qual))
+        if (d is not None and shared.class_level(d.node)
+            and self.globals_kind.get((rel, s.cls)) == 'class'):
+          # ``cls`` of a classmethod of a legacy module class: that class
+          # or a subclass (whichever it is called on)
+          return self.legacy_class_and_subclasses(rel,
+                                                  s.cls.split('.')[-1])
         return {('instance', rel, s.cls)}
       slot = self.reaching.get(id(expr))
       if slot is not None:
@@ -89,6 +96,11 @@ class ExpressionFacts:
             'init', 'call', 'init_by_shape', 'create', 'create_by_shape',
             'partial', 'shared'):
           out.add(('method', v, expr.attr.value))
+        elif v[0] == 'class' and self.legacy_class_method(
+            v[1], v[2], expr.attr.value) is not None:
+          # X.build(...): a classmethod of a legacy module class
+          d = self.legacy_class_method(v[1], v[2], expr.attr.value)
+          out.add(('boundmethod', d.rel, d.qual))
         else:
           out.add(UNKNOWN)
       return out

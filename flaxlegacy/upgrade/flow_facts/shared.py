@@ -320,3 +320,9 @@ def int_index(sub):
       and isinstance(s.value.expression, cst.Integer)):
     return -int(s.value.expression.value)
   return None
+
+
+def class_level(fn):
+  """Whether the def ``fn`` is a ``@classmethod`` / ``@staticmethod``."""
+  return any(decorator_name(d) in ('classmethod', 'staticmethod')
+             for d in fn.decorators)

@@ -38,6 +38,7 @@ import libcst as cst
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.collectors import subclasses as subclass_facts
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import apply_rewriter
 from flaxlegacy.upgrade.rules import module_methods as module_methods_rule
@@ -161,17 +162,29 @@ def convert_class(up, node, info, plain=False):
         up, node, info, lambda n, i: convert_class(up, n, i, plain=True))
   from flaxlegacy.upgrade.rules import helpers  # pylint: disable=g-import-not-at-top
   legacy_methods = [s for s in node.body.body if isinstance(
-      s, cst.FunctionDef) and s.name.value != 'apply']
+      s, cst.FunctionDef) and s.name.value != 'apply'
+                    and not subclass_facts.is_class_level(s)]
   written = node  # the class as written (its line for the report)
   node = helpers.prepare_class(up, node)
   apply = None
   others = []
+  class_level = []
   for stmt in node.body.body:
     if isinstance(stmt, cst.FunctionDef) and stmt.name.value == 'apply':
       apply = stmt
+    elif isinstance(stmt, cst.FunctionDef) and subclass_facts.is_class_level(
+        stmt):
+      class_level.append(stmt)
     elif isinstance(stmt, cst.FunctionDef):
       others.append(stmt.name.value)
   if apply is None:
+    if class_level and not others and info.base == 'Module':
+      # an abstract base of module classes holding only factories
+      # (classmethods building ``cls.partial(...)``): a linen Module with
+      # no fields and no __call__, its classmethods kept
+      up.rewrote(written, 'module_class', f'class {info.name}: no apply, '
+                 'classmethods only: an abstract linen Module base')
+      return _with_class_level(up, node, info, class_level)
     up.todo(written, f'{info.name} has no apply method')
     return node
   fields, bad = _fields(up, info)
@@ -229,8 +242,34 @@ def convert_class(up, node, info, plain=False):
     up.ctx.report.renames.append(rw.rename.entry(info, legacy_methods))
   bases = [b if _module_base(b, up) is None
            else up.emit.module_base(_module_base(b, up)) for b in node.bases]
-  return node.with_changes(bases=bases,
-                           body=node.body.with_changes(body=new_body))
+  new = node.with_changes(bases=bases,
+                          body=node.body.with_changes(body=new_body))
+  return _with_class_level(up, new, info, class_level)
+
+
+# -- classmethods / staticmethods of module classes --------------------------
+# (factories: ``return cls.partial(**hparams)``; they are no part of what the
+# module computes, so they stay methods of the linen class, their bodies
+# rewritten by the program rules as any function's: flow.py binds ``cls``
+# to the classes they are called on)
+
+
+def _with_class_level(up, node, info, class_level):
+  """``node`` with its classmethods / staticmethods (``class_level``, as
+  they were in the class body) rewritten by the program rules."""
+  if not class_level:
+    return node
+  ids = {id(s) for s in class_level}
+  body = []
+  for stmt in node.body.body:
+    if id(stmt) in ids:
+      up._quals.append(info.name)  # pylint: disable=protected-access
+      try:
+        stmt = stmt.visit(up)
+      finally:
+        up._quals.pop()  # pylint: disable=protected-access
+    body.append(stmt)
+  return node.with_changes(body=node.body.with_changes(body=body))
 
 
 def convert_function(up, node, info):

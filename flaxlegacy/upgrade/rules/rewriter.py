@@ -21,6 +21,7 @@ from flaxlegacy.upgrade.rules import imports as imports_rule
 from flaxlegacy.upgrade.rules import jax_names
 from flaxlegacy.upgrade.rules import partial_calls
 from flaxlegacy.upgrade.rules import partials
+from flaxlegacy.upgrade.rules import initializer_partials
 from flaxlegacy.upgrade.rules import recurrent
 from flaxlegacy.upgrade.rules.resolver import Resolver  # pylint: disable=g-importing-member
 
@@ -469,6 +470,7 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
 # rewriter (rules/apply_rewriter.py) tries them between its own.
 FILE_CALL_CASES = (
     recurrent.leave_call,
+    initializer_partials.leave_call,
     Upgrader._call_jax_name,
     Upgrader._call_local_partial,
     Upgrader._call_module_outside_body,

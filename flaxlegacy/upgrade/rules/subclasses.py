@@ -165,16 +165,30 @@ def convert(up, node, info, convert_plain):
            '(legacy module methods or overrides of the base)')
   elif layer is not None and layer not in APPLY_ONLY_LAYERS:
     why = f'legacy {layer} has more than apply (e.g. module methods)'
-  elif layer is None:
+  abstract = False
+  if why is None and layer is None:
     base = codebase.module(up.ctx.facts, base_name)
     if base is None or base.kind != 'class':
       why = 'its base is not a legacy module class this upgrade sees'
     elif set(subclass_facts.class_shape(codebase, base)[0]) - {'apply'}:
       why = f'its base {base_name} has more than apply'
+    elif abstract_base(codebase, base):
+      abstract = True
+    elif subclass_facts.class_level_methods(codebase, base):
+      why = (f'its base {base_name} has classmethods / staticmethods, which '
+             'a plain linen Module would not inherit')
   if why is not None:
     kind = f'legacy {layer}' if layer else base_name
     up.todo(node, f'{info.name} subclasses {kind}: {why}; port by hand')
     return node
+  if abstract:
+    # a base with nothing but classmethods (rules/modules.py keeps it a
+    # linen Module with no fields): the subclass keeps it
+    new = convert_plain(node, info)
+    up.rewrote(node, 'subclass', f'class {info.name}({base_name}): its own '
+               'apply on an abstract base of classmethods: a linen Module '
+               'subclass of that base')
+    return new
   # its own apply replaces everything the base computes
   base_expr = _base_expr(node, info)
   bases = []
@@ -187,6 +201,16 @@ def convert(up, node, info, convert_plain):
   up.rewrote(node, 'subclass', f'class {info.name}({base_name}) overrides '
              'apply: a plain linen Module')
   return new
+
+
+def abstract_base(codebase, info):
+  """Whether a legacy module class ``info`` is an abstract base: a direct
+  ``nn.Module`` subclass with no ``apply`` and no methods but classmethods
+  / staticmethods (a model zoo's ``BaseModel`` of factories)."""
+  return (info.kind == 'class' and info.base == 'Module'
+          and info.problems == ['no apply method']
+          and not subclass_facts.class_shape(codebase, info)[0]
+          and bool(subclass_facts.class_level_methods(codebase, info)))
 
 
 def _base_expr(node, info):
