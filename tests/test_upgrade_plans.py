@@ -34,7 +34,9 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'model_apply', 'model_value', 'model_params', 'model_type',
                'program_rng', 'stochastic_scope', 'collection_dict',
                'per_step_user_transformation', 'runtime_stateful',
-               'legacy_type', 'initialize_cache')
+               'legacy_type', 'initialize_cache',
+               # partials and splatted dicts
+               'partial_module', 'catch_all_dict', 'split_kwargs')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -810,4 +812,85 @@ def test_program_types_are_plans(monkeypatch):
   marked, log = _upgrade(monkeypatch, TYPES, marker=True)
   for linen_text in ('TrainState', 'DynamicScale', 'dict', 'Any]', ': Any'):
     assert linen_text not in marked.split('class State')[1], linen_text
+  assert _put_back(marked, log) == plain
+
+
+PARTIALS = '''\
+from flax import nn
+
+
+class Block(nn.Module):
+
+  def apply(self, x, width=3, **attention_kwargs):
+    return nn.Dense(x, width)
+
+
+class Plain(nn.Module):
+
+  def apply(self, x, width=3):
+    return nn.Dense(x, width)
+
+
+class Normed(nn.Module):
+
+  def apply(self, x, momentum=0.9):
+    return nn.BatchNorm(x, momentum=momentum)
+
+
+class Net(nn.Module):
+
+  def apply(self, x, width=4, **attention_kwargs):
+    return Block(x, width=width, dropout=0.1, **attention_kwargs)
+
+
+Narrow = nn.Dense.partial(features=2, bias=False)
+NarrowToo = Narrow.partial(kernel_init=nn.initializers.zeros)
+Wide = Block.partial(width=8, heads=2)
+REGISTRY = {'plain': Plain, 'normed': Normed}
+
+
+def make(config, name):
+  module_def = REGISTRY[name]
+  return Block.partial(**config), module_def.partial(width=2)
+'''
+
+
+def test_partials_and_splatted_dicts_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(PARTIALS)
+  new, log = _upgrade(monkeypatch, PARTIALS, marker=False)
+  assert new == plain
+  narrow, too, wide, split, runtime = _plans(log, 'partial_module')
+  assert isinstance(narrow, plans.PartialModule)
+  # the layer itself, keyed by legacy keyword (bias): the emitter spells it
+  assert narrow.layer.legacy == 'Dense' and narrow.direct_layer
+  assert narrow.module.layer is narrow.layer
+  assert [h.key for h in narrow.hypers] == ['features', 'bias']
+  # a partial of that partial: the same layer's keywords, none added
+  assert too.layer.legacy == 'Dense' and not too.direct_layer
+  assert _code(too.module.expr) == 'Narrow'
+  assert [h.key for h in too.hypers] == ['kernel_init']
+  # a class: heads goes to its catch-all, a dict the plan is given
+  assert wide.layer is None and not wide.runtime
+  assert [h.key for h in wide.hypers] == ['width', 'attention_kwargs']
+  # config splatted: split when the code runs
+  assert [h.key for h in split.hypers] == ['**']
+  # module_def holds one of two classes of different fields
+  assert runtime.runtime and _code(runtime.module.expr) == 'module_def'
+  assert [h.key for h in runtime.hypers] == ['width']
+  merged, heads = _plans(log, 'catch_all_dict')
+  # Net forwards its own catch-all whole, with dropout joining it
+  assert _code(merged.base) == 'self.attention_kwargs'
+  assert [(k, _code(v)) for k, v in merged.items] == [('dropout', '0.1')]
+  assert heads.base is None
+  assert [(k, _code(v)) for k, v in heads.items] == [('heads', '2')]
+  (kwargs,) = _plans(log, 'split_kwargs')
+  assert isinstance(kwargs, plans.SplitKwargs)
+  assert _code(kwargs.value) == 'config'
+  assert kwargs.names == ('width', 'name')
+  assert kwargs.catch_all == 'attention_kwargs' and not kwargs.extra
+  assert kwargs.elsewhere == ('x',)
+  marked, log = _upgrade(monkeypatch, PARTIALS, marker=True)
+  for linen_text in ('functools.partial(', 'partial_module(', 'use_bias',
+                     "'heads'", "'dropout'", '_legacy_kwargs('):
+    assert linen_text not in marked.split('class Block')[1], linen_text
   assert _put_back(marked, log) == plain

@@ -688,3 +688,54 @@ class InitializeCache:
   cache: Any
   args: Tuple[Any, ...]
   call: Any
+
+
+# -- partials and splatted dicts (rules/partials.py, rules/splat.py) --
+
+
+@_plan
+class PartialModule:
+  """``X.partial(k=v, ...)`` of a legacy layer, a module class or a partial
+  of one: the module ``module`` (a ModuleRef) with hyper-parameters bound.
+  ``hypers``: the call's arguments in order (Hyper: keyed by keyword, or
+  ``'*'`` / ``'**'`` for a splatted one); ``layer``: the legacy layer at
+  the bottom of the partials whose keywords they are (the emitter renames
+  them), or None for a class (keyed by field: a catch-all's dict or a
+  dict split at run time already written as their arguments);
+  ``direct_layer``: ``module`` is the layer itself (the keywords the
+  target needs for the legacy numbers are added); ``runtime``: X holds
+  one of several module classes known only when the code runs, which
+  class deciding which keywords are fields."""
+  module: ModuleRef
+  hypers: Tuple[Hyper, ...]
+  layer: Any = None
+  direct_layer: bool = False
+  runtime: bool = False
+
+
+@_plan
+class CatchAllDict:
+  """The dict a module class's ``**`` catch-all field gets: ``items``,
+  ((key, value expression), ...) of the keywords it collects, after
+  ``base`` (the caller's own catch-all forwarded whole, an expression) or
+  None."""
+  items: Tuple[Tuple[str, Any], ...]
+  base: Any = None
+
+
+@_plan
+class SplitKwargs:
+  """A dict splatted into a legacy module call (``**d``) whose keys are
+  known only when the code runs, split then (rules/splat.py): the entries
+  of ``value`` (the dict's expression as rewritten so far) named in
+  ``names`` go through; with ``catch_all`` (the field collecting legacy's
+  ``**``), every other entry not named in ``elsewhere`` goes, with the
+  ``extra`` items ((key, value expression), ...), into that field;
+  without it, ``elsewhere`` given, any other entry is an unexpected
+  argument (a TypeError, as legacy's); ``elsewhere`` None: the other
+  entries are another split's."""
+  value: Any
+  names: Tuple[str, ...]
+  catch_all: Optional[str] = None
+  extra: Tuple[Tuple[str, Any], ...] = ()
+  elsewhere: Optional[Tuple[str, ...]] = None

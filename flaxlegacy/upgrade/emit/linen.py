@@ -391,6 +391,95 @@ class LinenEmitter:
         leading_lines=[cst.EmptyLine(indent=False)])
     return public, inner
 
+  # -- partials and splatted dicts (rules/partials.py, rules/splat.py) --
+  def partial_module(self, plan):
+    """PartialModule -> ``functools.partial(M, k=v, ...)`` (a layer's
+    keywords as linen's), or flaxlegacy's ``partial_module(X, ...)``
+    where the class X holds splits them when the code runs."""
+    args = [h.arg for h in plan.hypers]
+    layer = plan.layer
+    if layer is not None:
+      args = [layer_kwarg(a, layer) for a in args]
+      if plan.direct_layer:
+        args = add_layer_defaults(layer, args)
+      args = [a.with_changes(value=renamed_kwargs(layer, a.value))
+              if a.star == '**' else a for a in args]
+    if plan.runtime:
+      self._ctx.needed_imports.add(PARTIAL_HELPER)
+      func = PARTIAL_HELPER.rsplit('.', 1)[1]
+    else:
+      self._ctx.needed_imports.add('functools')
+      func = 'functools.partial'
+    return cst.Call(func=cst_util.expr(func), args=cst_util.clean_args(
+        [cst_util.arg(self.module_expr(plan.module))] + args))
+
+  def catch_all_dict(self, plan):
+    """CatchAllDict -> ``{'k': v, ...}`` / ``{**base, 'k': v, ...}``."""
+    code = self._ctx.code_of
+    items = ', '.join(f'{k!r}: {code(v)}' for k, v in plan.items)
+    if plan.base is not None:
+      return cst_util.expr(f'{{**{code(plan.base)}, {items}}}')
+    return cst_util.expr('{' + items + '}')
+
+  def split_kwargs(self, plan):
+    """SplitKwargs -> ``_legacy_kwargs(d, names[, catch_all[, extra]][,
+    elsewhere=])``, the helper written once into the file (plain
+    Python)."""
+    args = [_fresh_code(plan.value), _names_tuple(plan.names)]
+    if plan.catch_all is not None:
+      args.append(repr(plan.catch_all))
+      if plan.extra:
+        code = self._ctx.code_of
+        args.append('{' + ', '.join(f'{k!r}: {code(v)}'
+                                    for k, v in plan.extra) + '}')
+    if plan.elsewhere is not None:
+      args.append(f'elsewhere={_names_tuple(plan.elsewhere)}')
+    self._ctx.needed_defs[SPLIT_HELPER] = SPLIT_HELPER_SRC
+    return cst.parse_expression(f'{SPLIT_HELPER}({", ".join(args)})')
+
+
+# flaxlegacy's partial of a module class known only when the code runs
+# (plans.PartialModule ``runtime``)
+PARTIAL_HELPER = 'flaxlegacy.migrate.upgraded.partial_module'
+
+
+def _names_tuple(names):
+  """``('a', 'b')`` / ``('a',)`` source."""
+  names = list(names)
+  if len(names) == 1:
+    return f'({names[0]!r},)'
+  return '(' + ', '.join(repr(n) for n in names) + ')'
+
+
+# the run-time split of a splatted dict (plans.SplitKwargs), written once
+# into an upgraded file that needs it (plain Python, nothing imported)
+SPLIT_HELPER = '_legacy_kwargs'
+SPLIT_HELPER_SRC = '''\
+def _legacy_kwargs(kwargs, names, catch_all=None, extra=None, elsewhere=None):
+  """Keyword arguments of a legacy module call, split for its linen class.
+
+  Returns the entries of ``kwargs`` named in ``names``.  With
+  ``catch_all`` (the legacy ``**`` parameter, now a dict field), every
+  other entry not named in ``elsewhere`` goes, with those of ``extra``,
+  into one dict under that key.  Without it, ``elsewhere`` set (the
+  class's call parameters), any other entry is an unexpected argument,
+  as it was for the legacy module's apply.
+  """
+  out = {k: v for k, v in kwargs.items() if k in names}
+  rest = dict(extra or {})
+  for k, v in kwargs.items():
+    if k in names or elsewhere is None or k in elsewhere:
+      continue
+    if catch_all is None:
+      raise TypeError(f'unexpected keyword argument {k!r}')
+    if k in rest:
+      raise TypeError(f'got multiple values for keyword argument {k!r}')
+    rest[k] = v
+  if catch_all is not None:
+    out[catch_all] = rest
+  return out
+'''
+
 
 def _fresh_code(node):
   """Source of a node as rewritten so far (printed as a module of its own
