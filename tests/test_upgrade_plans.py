@@ -36,7 +36,8 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'per_step_user_transformation', 'runtime_stateful',
                'legacy_type', 'initialize_cache',
                # partials and splatted dicts
-               'partial_module', 'catch_all_dict', 'split_kwargs')
+               'partial_module', 'catch_all_dict', 'split_kwargs',
+               'runtime_submodule_call')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -893,4 +894,52 @@ def test_partials_and_splatted_dicts_are_plans(monkeypatch):
   for linen_text in ('functools.partial(', 'partial_module(', 'use_bias',
                      "'heads'", "'dropout'", '_legacy_kwargs('):
     assert linen_text not in marked.split('class Block')[1], linen_text
+  assert _put_back(marked, log) == plain
+
+
+RUNTIME_SUBMODULE = '''\
+from flax import nn
+
+
+class A(nn.Module):
+
+  def apply(self, x, n=2):
+    return x * n
+
+
+class B(nn.Module):
+
+  def apply(self, x, n=2, shift=0.):
+    return nn.Dense(x, n) + shift
+
+
+class Outer(nn.Module):
+
+  def apply(self, x, sub=A):
+    y = sub(x, n=3)
+    return sub(y, n=2, name='second')
+
+
+def build(x, rng):
+  _, a = Outer.init(rng, x)
+  _, b = Outer.partial(sub=B).init(rng, x)
+  return a, b
+'''
+
+
+def test_runtime_submodule_call_is_a_plan(monkeypatch):
+  plain, _ = api.upgrade_source(RUNTIME_SUBMODULE)
+  new, log = _upgrade(monkeypatch, RUNTIME_SUBMODULE, marker=False)
+  assert new == plain
+  first, second = _plans(log, 'runtime_submodule_call')
+  assert isinstance(first, plans.RuntimeSubmoduleCall)
+  assert _code(first.module) == 'self.sub' and _code(first.input.value) == 'x'
+  assert [_code(a).rstrip(',') for a in first.keywords] == ['n=3']
+  # which class only the run tells: the name is counted when it runs
+  assert first.name.counter and first.name.ctor_src == 'self.sub'
+  # an explicit name: among the keywords, none added
+  assert second.name is None
+  assert [a.keyword.value for a in second.keywords] == ['n', 'name']
+  marked, log = _upgrade(monkeypatch, RUNTIME_SUBMODULE, marker=True)
+  assert '_legacy_module_call(' not in marked.split('class Outer')[1]
   assert _put_back(marked, log) == plain

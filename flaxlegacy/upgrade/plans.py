@@ -739,3 +739,21 @@ class SplitKwargs:
   catch_all: Optional[str] = None
   extra: Tuple[Tuple[str, Any], ...] = ()
   elsewhere: Optional[Tuple[str, ...]] = None
+
+
+# -- a submodule whose class is known at run time (rules/runtime_modules.py) --
+
+
+@_plan
+class RuntimeSubmoduleCall:
+  """A call of a hyper-parameter that holds module classes of different
+  parameters (known only when the code runs which): construct the class
+  it holds with the keywords that are its fields, inside the calling
+  module, and call it on ``input`` with the others.  ``module``: the
+  callee as rewritten; ``input``: the one positional Arg; ``keywords``:
+  the call's keyword Args as written (an explicit ``name=`` among them);
+  ``name``: the AutoName to add, or None."""
+  module: Any
+  input: Any
+  keywords: Tuple[Any, ...]
+  name: Optional[AutoName] = None

@@ -437,6 +437,23 @@ class LinenEmitter:
     self._ctx.needed_defs[SPLIT_HELPER] = SPLIT_HELPER_SRC
     return cst.parse_expression(f'{SPLIT_HELPER}({", ".join(args)})')
 
+  # -- a submodule whose class is known at run time --
+  def runtime_submodule_call(self, plan):
+    """RuntimeSubmoduleCall -> ``_legacy_module_call(cls, x, k=v, ...,
+    name=)``, the helper written once into the file (plain linen)."""
+    kwargs = list(plan.keywords)
+    if plan.name is not None:
+      kwargs.append(cst.Arg(value=self.name(plan.name),
+                            keyword=cst.Name('name'),
+                            equal=cst.AssignEqual(
+                                whitespace_before=cst.SimpleWhitespace(''),
+                                whitespace_after=cst.SimpleWhitespace(''))))
+    self._ctx.needed_defs[RUNTIME_CALL_HELPER] = RUNTIME_CALL_HELPER_SRC
+    return cst.Call(func=cst.Name(RUNTIME_CALL_HELPER), args=[
+        cst.Arg(value=plan.module)] + [
+            a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            for a in [plan.input] + kwargs])
+
 
 # flaxlegacy's partial of a module class known only when the code runs
 # (plans.PartialModule ``runtime``)
@@ -478,6 +495,29 @@ def _legacy_kwargs(kwargs, names, catch_all=None, extra=None, elsewhere=None):
   if catch_all is not None:
     out[catch_all] = rest
   return out
+'''
+
+
+# the split of a submodule call whose class is known only at run time
+# (plans.RuntimeSubmoduleCall), written once into an upgraded file
+RUNTIME_CALL_HELPER = '_legacy_module_call'
+RUNTIME_CALL_HELPER_SRC = '''
+
+# Written by flaxlegacy upgrade: a submodule whose class is known only at
+# run time (a hyper-parameter holding classes of different fields).
+def _legacy_module_call(module_class, /, *inputs, **kwargs):
+  """Constructs ``module_class`` with the keywords that are its dataclass
+  fields (``name`` included) and calls it on ``inputs`` with the rest, as
+  the legacy module took all of them at the call."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import functools  # pylint: disable=g-import-not-at-top
+  cls = module_class
+  while isinstance(cls, functools.partial):
+    cls = cls.func
+  fields = {f.name for f in dataclasses.fields(cls) if f.init} - {'parent'}
+  ctor = {k: v for k, v in kwargs.items() if k in fields}
+  call = {k: v for k, v in kwargs.items() if k not in fields}
+  return module_class(**ctor)(*inputs, **call)
 '''
 
 

@@ -65,7 +65,7 @@ class ModuleCallRules:
   def _module_call(self, original, updated, ref):
     if ref.kind == 'class' and ref.extra == 'runtime':
       return runtime_modules.call(
-          self, original, updated, ref, lambda: self._auto_name(
+          self, original, updated, ref, lambda: self._auto_name_plan(
               original, None, cst.Module([]).code_for_node(updated.func)))
     args = list(updated.args)
     if any(a.star for a in args if a.star == '*'):
