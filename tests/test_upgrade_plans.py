@@ -37,7 +37,9 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'legacy_type', 'initialize_cache',
                # partials and splatted dicts
                'partial_module', 'catch_all_dict', 'split_kwargs',
-               'runtime_submodule_call')
+               'runtime_submodule_call',
+               # legacy recurrent cells
+               'recurrent_cell', 'cell_scan', 'cell_carry')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -942,4 +944,54 @@ def test_runtime_submodule_call_is_a_plan(monkeypatch):
   assert [a.keyword.value for a in second.keywords] == ['n', 'name']
   marked, log = _upgrade(monkeypatch, RUNTIME_SUBMODULE, marker=True)
   assert '_legacy_module_call(' not in marked.split('class Outer')[1]
+  assert _put_back(marked, log) == plain
+
+
+CELLS = '''\
+from flax import jax_utils
+from flax import nn
+
+
+class Encoder(nn.Module):
+
+  def apply(self, xs, hidden_size=4):
+    carry = nn.LSTMCell.initialize_carry(nn.make_rng(), (xs.shape[0],),
+                                         hidden_size)
+    carry, ys = jax_utils.scan_in_dim(nn.LSTMCell.partial(name='lstm'),
+                                      carry, xs, axis=1)
+    gru = nn.GRUCell.shared(name='gru')
+    carry, y = nn.GRUCell(carry, ys[:, 0], name='step')
+    return gru(carry, y)
+
+
+def carry_of(rng, dims):
+  return nn.LSTMCell.initialize_carry(rng, dims, 3,
+                                      init_fn=nn.initializers.ones)
+'''
+
+
+def test_recurrent_cells_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(CELLS)
+  new, log = _upgrade(monkeypatch, CELLS, marker=False)
+  assert new == plain
+  inside, outside = _plans(log, 'cell_carry')
+  assert isinstance(inside, plans.CellCarry)
+  # in a module, the zeros carry of a legacy nn.make_rng() key: a fixed key
+  assert inside.rng is None and inside.init is None
+  assert (_code(inside.batch_dims), _code(inside.size)) == (
+      '(xs.shape[0],)', 'self.hidden_size')
+  assert _code(outside.rng) == 'rng' and _code(outside.batch_dims) == 'dims'
+  assert _code(outside.init) == 'nn.initializers.ones'
+  (scan,) = _plans(log, 'cell_scan')
+  assert scan.cell.cell == 'LSTMCell' and scan.axis == 1
+  assert [_code(a) for a in scan.cell.hypers] == ["name='lstm'"]
+  assert (_code(scan.init), _code(scan.xs)) == ('carry', 'xs')
+  shared, called = _plans(log, 'recurrent_cell')
+  assert (shared.cell, shared.inputs, shared.name) == ('GRUCell', None, None)
+  assert called.cell == 'GRUCell' and called.name is None
+  assert [_code(a).rstrip(',') for a in called.inputs] == ['carry', 'ys[:, 0]']
+  marked, log = _upgrade(monkeypatch, CELLS, marker=True)
+  for linen_text in ('legacy_cells.', 'initialize_carry', '.scan(',
+                     'PRNGKey', 'carry_init'):
+    assert linen_text not in marked, linen_text
   assert _put_back(marked, log) == plain

@@ -757,3 +757,50 @@ class RuntimeSubmoduleCall:
   input: Any
   keywords: Tuple[Any, ...]
   name: Optional[AutoName] = None
+
+
+# -- legacy recurrent cells (rules/recurrent.py) --
+
+
+@_plan
+class RecurrentCell:
+  """A legacy recurrent cell built in a module body, its hidden size read
+  from the carry it is called with (legacy's; the upgrade cannot tell it
+  where the cell is built): ``cell``, the legacy class's name
+  ('LSTMCell', 'GRUCell', 'OptimizedLSTMCell'); ``hypers``, its keyword
+  Args as written (hyper-parameters of the same names as the target's,
+  an explicit ``name=``); ``name``, the AutoName to add, or None;
+  ``inputs``, the (carry, inputs) Args it is called on where the legacy
+  code called it (``nn.LSTMCell(carry, x, ...)``), or None where it is
+  only built (``.shared(...)``, a scan's body)."""
+  cell: str
+  hypers: Tuple[Any, ...]
+  name: Optional[AutoName] = None
+  inputs: Optional[Tuple[Any, ...]] = None
+
+
+@_plan
+class CellScan:
+  """A recurrent cell as the body of a scan (``scan_in_dim``,
+  ``jax.lax.scan``): ``cell`` (a RecurrentCell, built) run from the carry
+  ``init`` over ``xs`` along ``axis`` (an int), one set of its parameters
+  shared by every step, at the cell's path."""
+  cell: RecurrentCell
+  init: Any
+  xs: Any
+  axis: int = 0
+
+
+@_plan
+class CellCarry:
+  """The initial carry of a legacy cell (``nn.LSTMCell.initialize_carry(
+  rng, batch_dims, size[, init_fn])``): ``cell_expr``, the cell class as
+  rewritten so far; ``rng``, the key, or None for a fixed key (the zeros
+  carry does not depend on it, and a module then needs no random stream
+  for it); ``batch_dims`` and ``size`` as written; ``init``, the carry's
+  initializer (an initializers member), or None for zeros."""
+  cell_expr: Any
+  rng: Any
+  batch_dims: Any
+  size: Any
+  init: Any = None

@@ -454,6 +454,70 @@ class LinenEmitter:
             a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
             for a in [plan.input] + kwargs])
 
+  # -- legacy recurrent cells --
+  def _cell_ctor(self, plan, func=None):
+    """``legacy_cells.<Cell>(hypers..., name=)`` of a RecurrentCell (the
+    shipped subclass whose ``features`` the carry gives)."""
+    self._ctx.needed_imports.add(CELLS_IMPORT)
+    args = list(plan.hypers)
+    if plan.name is not None:
+      args.append(cst_util.arg(self.name(plan.name), 'name'))
+    if func is None:
+      func = cst_util.expr(f'{CELLS}.{plan.cell}')
+    return cst.Call(func=func, args=cst_util.clean(args))
+
+  def recurrent_cell(self, plan):
+    """RecurrentCell -> ``legacy_cells.<Cell>(...)`` [``(carry, x)``]."""
+    ctor = self._cell_ctor(plan)
+    if plan.inputs is None:
+      return ctor
+    return cst.Call(func=ctor, args=cst_util.clean(
+        [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+         for a in plan.inputs]))
+
+  def cell_scan(self, plan):
+    """CellScan -> ``nn.scan(legacy_cells.<Cell>, variable_broadcast=
+    'params', split_rngs={'params': False}[, in_axes=, out_axes=])(...)(
+    init, xs)``."""
+    axes = (f', in_axes={plan.axis}, out_axes={plan.axis}' if plan.axis
+            else '')
+    lifted = cst_util.expr(
+        f"{self._prefix()}.scan({CELLS}.{plan.cell.cell}, "
+        f"variable_broadcast='params', split_rngs={{'params': False}}{axes})")
+    return cst.Call(func=self._cell_ctor(plan.cell, lifted),
+                    args=cst_util.clean([cst.Arg(value=plan.init),
+                                         cst.Arg(value=plan.xs)]))
+
+  def cell_carry(self, plan):
+    """CellCarry -> ``nn.LSTMCell(size, parent=None).initialize_carry(rng,
+    batch_dims + (size,))`` (``parent=None``: a throw-away cell, no
+    submodule, no auto-name; ``carry_init`` for another initializer)."""
+    ctor_args = [cst.Arg(value=plan.size),
+                 cst_util.arg(cst_util.expr('None'), 'parent')]
+    if plan.init is not None:
+      ctor_args.append(cst_util.arg(plan.init, 'carry_init'))
+    rng = plan.rng
+    if rng is None:
+      rng = cst_util.expr('jax.random.PRNGKey(0)')
+      self._ctx.needed_imports.add('jax')
+    dims, size = plan.batch_dims, plan.size
+    if isinstance(dims, cst.Tuple) and not any(
+        isinstance(e, cst.StarredElement) for e in dims.elements):
+      elements = [e.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                  for e in dims.elements] + [cst.Element(value=size)]
+      shape = cst.Tuple(elements=cst_util.clean(elements))
+    else:
+      shape = cst.BinaryOperation(
+          left=cst.Call(func=cst.Name('tuple'), args=[cst.Arg(value=dims)]),
+          operator=cst.Add(),
+          right=cst.Tuple(elements=[cst.Element(
+              value=size, comma=cst.Comma())]))
+    ctor = cst.Call(func=plan.cell_expr, args=cst_util.clean(ctor_args))
+    return cst.Call(func=cst.Attribute(value=ctor,
+                                       attr=cst.Name('initialize_carry')),
+                    args=cst_util.clean([cst.Arg(value=rng),
+                                         cst.Arg(value=shape)]))
+
 
 # flaxlegacy's partial of a module class known only when the code runs
 # (plans.PartialModule ``runtime``)
@@ -519,6 +583,12 @@ def _legacy_module_call(module_class, /, *inputs, **kwargs):
   call = {k: v for k, v in kwargs.items() if k not in fields}
   return module_class(**ctor)(*inputs, **call)
 '''
+
+
+# flaxlegacy's linen cells whose features the carry gives
+# (plans.RecurrentCell), imported beside upgraded code under this name
+CELLS = 'legacy_cells'
+CELLS_IMPORT = 'flaxlegacy.migrate.legacy_cells'
 
 
 def _fresh_code(node):
