@@ -39,7 +39,9 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'partial_module', 'catch_all_dict', 'split_kwargs',
                'runtime_submodule_call',
                # legacy recurrent cells
-               'recurrent_cell', 'cell_scan', 'cell_carry')
+               'recurrent_cell', 'cell_scan', 'cell_carry',
+               # legacy attention
+               'attention')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -109,9 +111,15 @@ def _put_back(text, log):
   statement list indented as its placeholder)."""
 
   def code(m):
-    indent = m.group(1) or ''
     lines = log[int(m.group(2))][2].strip().split('\n')
-    return indent + ('\n' + indent).join(lines)
+    if m.group(1) is not None:
+      indent = m.group(1)
+      return indent + ('\n' + indent).join(lines)
+    # an expression inside a line: its continuation lines (a call's own
+    # layout) are indented by the block the line is in, as libcst prints
+    start = m.string.rfind('\n', 0, m.start()) + 1
+    line = m.string[start:m.start()]
+    return ('\n' + line[:len(line) - len(line.lstrip(' \t'))]).join(lines)
 
   for _ in range(len(log) + 1):
     new = re.sub(r'(?m)(^[ \t]*)?PLAN_(\d+)_( = 0)?', code, text)
@@ -994,4 +1002,51 @@ def test_recurrent_cells_are_plans(monkeypatch):
   for linen_text in ('legacy_cells.', 'initialize_carry', '.scan(',
                      'PRNGKey', 'carry_init'):
     assert linen_text not in marked, linen_text
+  assert _put_back(marked, log) == plain
+
+
+ATTENTION = '''\
+from flax import nn
+
+
+class Encoder(nn.Module):
+
+  def apply(self, x, y, pm, config, cache=None):
+    x = nn.Dense(x, 4)
+    x = nn.SelfAttention(x, num_heads=2, causal_mask=True, padding_mask=pm,
+                         bias=False, dropout_rate=0.1, cache=cache)
+    x = nn.MultiHeadDotProductAttention(x, y, num_heads=2, name='cross')
+    return nn.SelfAttention(x, **config)
+'''
+
+
+def test_attention_is_a_plan(monkeypatch):
+  plain, _ = api.upgrade_source(ATTENTION)
+  new, log = _upgrade(monkeypatch, ATTENTION, marker=False)
+  assert new == plain
+  self_att, cross, splat = _plans(log, 'attention')
+  assert isinstance(self_att, plans.Attention)
+  # keyed by legacy parameter: the emitter spells them (bias -> use_bias,
+  # the mask's apart, legacy's deterministic default)
+  assert [k for k, _ in self_att.args] == [
+      'inputs_q', 'num_heads', 'causal_mask', 'padding_mask', 'bias',
+      'dropout_rate', 'cache']
+  assert self_att.given == tuple(k for k, _ in self_att.args)
+  assert _code(self_att.inputs_q) == 'x' and self_att.inputs_kv is None
+  assert _code(self_att.cache) == 'self.cache'
+  # legacy counts one auto-name for every submodule (Dense_0, then
+  # MultiHeadDotProductAttention_1), linen per type: the plan names it
+  assert self_att.name is None
+  assert self_att.auto_name.literal == 'MultiHeadDotProductAttention_1'
+  assert self_att.splat is None and self_att.guard is None
+  assert _code(cross.inputs_kv) == 'y'
+  assert _code(cross.name) == "name='cross'"
+  assert _code(splat.splat) == 'self.config'
+  assert splat.auto_name.literal == 'MultiHeadDotProductAttention_2'
+  marked, log = _upgrade(monkeypatch, ATTENTION, marker=True)
+  body = marked.split('class Encoder')[1]
+  for linen_text in ('MultiHeadDotProductAttention(', 'legacy_attention_mask',
+                     'use_bias', 'decode=self', 'deterministic',
+                     '_legacy_attention_kwargs('):
+    assert linen_text not in body, linen_text
   assert _put_back(marked, log) == plain

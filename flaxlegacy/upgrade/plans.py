@@ -804,3 +804,38 @@ class CellCarry:
   batch_dims: Any
   size: Any
   init: Any = None
+
+
+# -- legacy attention (rules/attention.py) --
+
+
+@_plan
+class Attention:
+  """A legacy attention call (``nn.SelfAttention`` /
+  ``nn.MultiHeadDotProductAttention``): the target's attention module
+  with legacy's parameter tree, and legacy's mask built from the inputs
+  when the code runs (legacy's rules).  ``call``: the legacy call as
+  rewritten so far (its layout is kept); ``inputs_q``, ``inputs_kv``
+  (None: self-attention): the inputs, plain variables (read twice);
+  ``args``: ((legacy parameter, Arg), ...) of the call's arguments in
+  order, keyed by the legacy parameter they bind (``'**'`` a splatted
+  dict); ``given``: the legacy parameters the call gives, in order;
+  ``splat``: the dict splatted into the call (its keys mapped when it
+  runs), or None; ``cache``: the legacy cache it is given (the module
+  decodes where it is not None), or None; ``dropout_rng``: the explicit
+  dropout key, or None; ``name``: the user's ``name=`` Arg, or None;
+  ``auto_name``: the AutoName to add, or None; ``guard``: (field, the
+  callee as rewritten) where the call goes through a field whose default
+  is legacy's attention class, checked to hold it when the code runs,
+  or None."""
+  call: Any
+  inputs_q: Any
+  args: Tuple[Tuple[str, Any], ...]
+  given: Tuple[str, ...]
+  inputs_kv: Any = None
+  splat: Any = None
+  cache: Any = None
+  dropout_rng: Any = None
+  name: Any = None
+  auto_name: Optional[AutoName] = None
+  guard: Optional[Tuple[str, Any]] = None

@@ -518,6 +518,81 @@ class LinenEmitter:
                     args=cst_util.clean([cst.Arg(value=rng),
                                          cst.Arg(value=shape)]))
 
+  # -- legacy attention --
+  def attention(self, plan):
+    """Attention -> ``nn.MultiHeadDotProductAttention(num_heads=...,
+    use_bias=..., decode=cache is not None, name=...)(x, mask=
+    legacy_attention_mask(x, causal_mask=..., decode=...))``: the legacy
+    call's layout kept (each argument with its own comma and line break;
+    the mask helper reuses it)."""
+    line_comma = next((a.comma for a in plan.call.args
+                       if isinstance(a.comma, cst.Comma)),
+                      cst.MaybeSentinel.DEFAULT)
+    ctor, mask_args = [], []
+    for k, a in plan.args:
+      if k in ATTENTION_CTOR:
+        ctor.append(_keyword(a, ATTENTION_CTOR[k]))
+      elif k in ATTENTION_MASK_ARGS:
+        mask_args.append(_keyword(a, k))
+    given = plan.given
+    if 'dropout_rate' in given and 'deterministic' not in given and (
+        plan.splat is None):
+      # legacy's default; linen's has none
+      ctor.append(cst_util.arg(cst.Name('False'), 'deterministic'))
+    if plan.splat is not None:
+      # the keys are known when the call runs: linen's names, the mask's
+      # arguments apart, and a TypeError for what has no linen counterpart
+      src = _fresh_code(plan.splat)
+      given_src = '(' + ''.join(f'{k!r}, ' for k in given) + ')'
+      self._ctx.needed_defs[ATTENTION_KWARGS_HELPER] = (
+          ATTENTION_KWARGS_HELPER_SRC)
+      ctor.append(cst.Arg(star='**', value=cst_util.expr(
+          f"{ATTENTION_KWARGS_HELPER}({src}, 'ctor', {given_src})")))
+      mask_args.append(cst.Arg(star='**', value=cst_util.expr(
+          f"{ATTENTION_KWARGS_HELPER}({src}, 'mask', {given_src})")))
+    if plan.cache is not None:
+      decode = cst.Comparison(
+          left=plan.cache, comparisons=[cst.ComparisonTarget(
+              operator=cst.IsNot(), comparator=cst.Name('None'))])
+      ctor.append(cst_util.arg(decode, 'decode'))
+      mask_args.append(cst_util.arg(decode.deep_clone(), 'decode'))
+    q, kv = plan.inputs_q, plan.inputs_kv
+    inputs = [cst_util.arg(q.deep_clone())]
+    if kv is not None:
+      inputs.append(cst_util.arg(kv.deep_clone()))
+    if mask_args:
+      inputs[-1] = inputs[-1].with_changes(comma=line_comma)
+    self._ctx.needed_imports.add(ATTENTION_MASK_HELPER)
+    mask = cst.Call(func=cst.Name(ATTENTION_MASK_HELPER.rsplit('.', 1)[1]),
+                    args=cst_util.clean_args(inputs + mask_args),
+                    whitespace_before_args=plan.call.whitespace_before_args)
+    call = [cst_util.arg(q)]
+    if kv is not None:
+      call.append(cst_util.arg(kv))
+    call.append(cst_util.arg(mask, 'mask'))
+    if plan.dropout_rng is not None:
+      call.append(cst_util.arg(plan.dropout_rng, 'dropout_rng'))
+    if plan.name is not None:
+      ctor.append(plan.name)
+    elif plan.auto_name is not None:
+      ctor.append(cst_util.arg(self.name(plan.auto_name), 'name'))
+    func = cst_util.expr(self._prefix() + '.MultiHeadDotProductAttention')
+    if plan.guard is not None:
+      # the field holds its default (legacy's attention class) when the
+      # code runs, else a clear error
+      field, callee = plan.guard
+      self._ctx.needed_imports.add(ATTENTION_GUARD_HELPER)
+      func = cst.Call(
+          func=cst.Name(ATTENTION_GUARD_HELPER.rsplit('.', 1)[1]),
+          args=cst_util.clean_args([
+              cst_util.arg(cst.Name('self')),
+              cst_util.arg(cst.SimpleString(repr(field))),
+              cst_util.arg(callee), cst_util.arg(func)]))
+    return cst.Call(func=cst.Call(
+        func=func, args=cst_util.clean_args(ctor),
+        whitespace_before_args=plan.call.whitespace_before_args),
+                    args=cst_util.clean_args(call))
+
 
 # flaxlegacy's partial of a module class known only when the code runs
 # (plans.PartialModule ``runtime``)
@@ -589,6 +664,61 @@ def _legacy_module_call(module_class, /, *inputs, **kwargs):
 # (plans.RecurrentCell), imported beside upgraded code under this name
 CELLS = 'legacy_cells'
 CELLS_IMPORT = 'flaxlegacy.migrate.legacy_cells'
+
+
+# legacy attention (plans.Attention): the legacy parameters of linen's
+# constructor -> its fields
+ATTENTION_CTOR = {'num_heads': 'num_heads', 'dtype': 'dtype',
+        'qkv_features': 'qkv_features', 'out_features': 'out_features',
+        'broadcast_dropout': 'broadcast_dropout',
+        'dropout_rate': 'dropout_rate', 'deterministic': 'deterministic',
+        'precision': 'precision', 'kernel_init': 'kernel_init',
+        'bias_init': 'bias_init', 'bias': 'use_bias'}
+# the legacy parameters of the mask
+ATTENTION_MASK_ARGS = ('attention_axis', 'causal_mask', 'padding_mask',
+             'key_padding_mask', 'segmentation', 'key_segmentation')
+
+# flaxlegacy's legacy attention mask, and the check that a field holds
+# legacy's attention class (plain jax.numpy / Python)
+ATTENTION_MASK_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                         'legacy_attention_mask')
+ATTENTION_GUARD_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                          'legacy_attention_default')
+
+
+# the run-time map of a dict splatted into an attention call, written
+# once into the file
+ATTENTION_KWARGS_HELPER = '_legacy_attention_kwargs'
+ATTENTION_KWARGS_HELPER_SRC = f'''\
+def _legacy_attention_kwargs(kwargs, part, given=()):
+  """Legacy attention keyword arguments splatted into a call, for linen.
+
+  part 'ctor': those of MultiHeadDotProductAttention's constructor, with
+  linen's names (and legacy's default deterministic=False where a dropout
+  rate is given); part 'mask': those of the legacy mask; any other legacy
+  argument raises (it has no linen counterpart in this call).
+  """
+  ctor = {ATTENTION_CTOR!r}
+  mask = {ATTENTION_MASK_ARGS!r}
+  extra = [k for k in kwargs if k not in ctor and k not in mask]
+  if extra:
+    raise TypeError(f'legacy attention arguments {{extra}} have no linen '
+                    'counterpart here')
+  if part == 'mask':
+    return {{k: v for k, v in kwargs.items() if k in mask}}
+  out = {{ctor[k]: v for k, v in kwargs.items() if k in ctor}}
+  if (('dropout_rate' in kwargs or 'dropout_rate' in given)
+      and 'deterministic' not in kwargs and 'deterministic' not in given):
+    out['deterministic'] = False
+  return out
+'''
+
+
+def _keyword(a, keyword):
+  """The legacy Arg ``a`` as ``keyword=value``, keeping its comma."""
+  return a.with_changes(keyword=cst.Name(keyword), equal=cst.AssignEqual(
+      whitespace_before=cst.SimpleWhitespace(''),
+      whitespace_after=cst.SimpleWhitespace('')))
 
 
 def _fresh_code(node):
