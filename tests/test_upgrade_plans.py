@@ -40,8 +40,8 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'runtime_submodule_call',
                # legacy recurrent cells
                'recurrent_cell', 'cell_scan', 'cell_carry',
-               # legacy attention
-               'attention')
+               # legacy attention, the cache in module bodies
+               'attention', 'cache_entry')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -1049,4 +1049,43 @@ def test_attention_is_a_plan(monkeypatch):
                      'use_bias', 'decode=self', 'deterministic',
                      '_legacy_attention_kwargs('):
     assert linen_text not in body, linen_text
+  assert _put_back(marked, log) == plain
+
+
+CACHE_ENTRY = '''\
+import jax.numpy as jnp
+from flax import nn
+
+
+class Positions(nn.Module):
+
+  def apply(self, x, cache=None):
+    if cache:
+      if self.is_initializing():
+        cache.store(jnp.zeros((1,), jnp.int32))
+      else:
+        entry = cache.retrieve(None)
+        cache.store(entry.replace(i=entry.i + 1))
+    return x
+
+
+def make(rng, x):
+  with nn.attention.Cache().mutate() as cache_def:
+    _, model = Positions.create_by_shape(rng, [((1, 4, 2), jnp.float32)],
+                                         cache=cache_def)
+  return model
+'''
+
+
+def test_cache_entries_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(CACHE_ENTRY)
+  new, log = _upgrade(monkeypatch, CACHE_ENTRY, marker=False)
+  assert new == plain
+  entries = _plans(log, 'cache_entry')
+  assert all(isinstance(p, plans.CacheEntry) for p in entries)
+  assert [(p.op, [_code(a.value) for a in p.args]) for p in entries] == [
+      ('store', ['jnp.zeros((1,), jnp.int32)']), ('retrieve', ['None']),
+      ('store', ['entry.replace(i=entry.i + 1)'])]
+  marked, log = _upgrade(monkeypatch, CACHE_ENTRY, marker=True)
+  assert 'legacy_cache_' not in marked.split('class Positions')[1]
   assert _put_back(marked, log) == plain

@@ -839,3 +839,16 @@ class Attention:
   name: Any = None
   auto_name: Optional[AutoName] = None
   guard: Optional[Tuple[str, Any]] = None
+
+
+# -- the attention cache in module bodies (rules/attention_cache.py) --
+
+
+@_plan
+class CacheEntry:
+  """Legacy ``cache.store(v)`` / ``cache.retrieve([d])`` (``op`` 'store'
+  or 'retrieve') on the module's cache parameter: the module's own entry
+  of the decoding cache (a variable of the cache collection, with
+  legacy's fields); ``args``: the call's arguments as rewritten so far."""
+  op: str
+  args: Tuple[Any, ...]

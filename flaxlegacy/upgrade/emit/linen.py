@@ -593,6 +593,19 @@ class LinenEmitter:
         whitespace_before_args=plan.call.whitespace_before_args),
                     args=cst_util.clean_args(call))
 
+  # -- the attention cache in module bodies --
+  def cache_entry(self, plan):
+    """CacheEntry -> ``legacy_cache_store(self, v)`` /
+    ``legacy_cache_retrieve(self[, d])`` (flaxlegacy.migrate.upgraded_cache:
+    the module's variable of linen's 'cache' collection)."""
+    helper = CACHE_ENTRY_HELPERS[plan.op]
+    self._ctx.needed_imports.add(helper)
+    return cst.Call(func=cst.Name(helper.rsplit('.', 1)[1]),
+                    args=[cst.Arg(cst.Name('self'), comma=cst.Comma(
+                        whitespace_after=cst.SimpleWhitespace(' ')))] + [
+                            a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                            for a in plan.args])
+
 
 # flaxlegacy's partial of a module class known only when the code runs
 # (plans.PartialModule ``runtime``)
@@ -719,6 +732,12 @@ def _keyword(a, keyword):
   return a.with_changes(keyword=cst.Name(keyword), equal=cst.AssignEqual(
       whitespace_before=cst.SimpleWhitespace(''),
       whitespace_after=cst.SimpleWhitespace('')))
+
+
+# a module's entry of the legacy attention cache (plans.CacheEntry)
+CACHE_ENTRY_HELPERS = {
+    'store': 'flaxlegacy.migrate.upgraded_cache.legacy_cache_store',
+    'retrieve': 'flaxlegacy.migrate.upgraded_cache.legacy_cache_retrieve'}
 
 
 def _fresh_code(node):
