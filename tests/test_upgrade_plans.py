@@ -49,7 +49,9 @@ STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
 # passed through, not recorded (none left in the program pass)
 SOURCES = ()
 STRUCTURE = ('call_method', 'module_class', 'module_base', 'module_method',
-             'setup', 'shared_scope', 'scoped_method')
+             'setup', 'shared_scope', 'scoped_method',
+             # a threaded block (its body, or the block with kept items)
+             'threaded_block')
 
 
 class RecordingEmitter:
@@ -73,7 +75,7 @@ class RecordingEmitter:
     def record(plan):
       node = getattr(self.linen, method)(plan)
       i = len(RecordingEmitter.log)
-      if isinstance(node, list):
+      if isinstance(node, (list, cst.FlattenSentinel)):
         code = ''.join(cst.Module([]).code_for_node(n) for n in node)
       else:
         code = (None if isinstance(node, tuple)
@@ -601,6 +603,15 @@ def test_program_models_and_collections_are_plans(monkeypatch):
   # the TrainState's apply function is the model's recorded one
   (state,) = _plans(log, 'make_train_state')
   assert state.apply_fn is call.fn
+  # the three nn.stateful blocks threaded through their calls: each
+  # dropped, its body kept (the second keeps nothing: its nn.stochastic
+  # scope is its own block inside)
+  blocks = _plans(log, 'threaded_block')
+  assert all(isinstance(b, plans.ThreadedBlock) for b in blocks)
+  assert [len(b.kept) for b in blocks] == [0, 0, 0]
+  assert [_code(b.block.items[0].item) for b in blocks] == [
+      'nn.stateful()', 'nn.stateful(init_state)',
+      'nn.stateful(new_state, mutable=False)']
   marked, log = _upgrade(monkeypatch, MODELS, marker=True)
   body = marked.split('def main')[1]
   for linen_text in ('.apply(', 'legacy_rng', 'mutable=', 'rngs=',
@@ -1088,4 +1099,39 @@ def test_cache_entries_are_plans(monkeypatch):
       ('store', ['entry.replace(i=entry.i + 1)'])]
   marked, log = _upgrade(monkeypatch, CACHE_ENTRY, marker=True)
   assert 'legacy_cache_' not in marked.split('class Positions')[1]
+  assert _put_back(marked, log) == plain
+
+
+KEPT_SCOPE = '''\
+from flax import nn
+
+
+class Net(nn.Module):
+
+  def apply(self, x):
+    x = nn.BatchNorm(x)
+    return nn.dropout(x, 0.5)
+
+
+def step(model, x, state, rng):
+  with nn.stateful(state) as new_state, nn.stochastic(rng):
+    y = model(x)
+    key = nn.make_rng()
+  return y, key, new_state
+'''
+
+
+def test_threaded_block_keeps_its_other_scopes(monkeypatch):
+  plain, _ = api.upgrade_source(KEPT_SCOPE)
+  new, log = _upgrade(monkeypatch, KEPT_SCOPE, marker=False)
+  assert new == plain
+  # the nn.stateful scope threaded through model(x); nn.stochastic kept
+  # (nn.make_rng() draws from it): the block stays with that item alone
+  (block,) = _plans(log, 'threaded_block')
+  (kept,) = block.kept
+  (scope,) = _plans(log, 'stochastic_scope')
+  assert _code(scope.call) == 'nn.stochastic(rng)'
+  assert 'stateful' not in _code(kept.item)
+  assert 'with legacy_rng.stochastic(rng):' in plain
+  marked, log = _upgrade(monkeypatch, KEPT_SCOPE, marker=True)
   assert _put_back(marked, log) == plain

@@ -852,3 +852,18 @@ class CacheEntry:
   legacy's fields); ``args``: the call's arguments as rewritten so far."""
   op: str
   args: Tuple[Any, ...]
+
+
+# -- a collection scope threaded through its model calls (rules/program/stateful.py) --
+
+
+@_plan
+class ThreadedBlock:
+  """A ``with`` block whose collection scopes (``nn.stateful``, a legacy
+  attention cache's ``mutate()``) were threaded through the model calls
+  and inits in its body (their collections passed and returned there):
+  the scopes go, the body stays.  ``block``: the With as rewritten so far;
+  ``kept``: its other items as rewritten (a key scope kept), which keep
+  the block; none: the body runs in the enclosing block."""
+  block: Any
+  kept: Tuple[Any, ...] = ()

@@ -1083,6 +1083,21 @@ class LinenProgramEmitter:
     """CollectionDict -> the collection itself (a dict now)."""
     return plan.call.func.value
 
+  # -- a collection scope threaded through its model calls --
+  @staticmethod
+  def threaded_block(plan):
+    """ThreadedBlock -> the block with its kept items, or its body in the
+    enclosing block (a FlattenSentinel; the block's leading lines go to
+    the first statement)."""
+    block = plan.block
+    if plan.kept:
+      return block.with_changes(items=cst_util.clean(list(plan.kept)))
+    body = list(block.body.body)
+    if body:
+      body[0] = body[0].with_changes(leading_lines=list(
+          block.leading_lines) + list(body[0].leading_lines))
+    return cst.FlattenSentinel(body)
+
   # -- optimizers --
   def _legacy_tx_src(self, plan):
     """``legacy_optax.<rule>(...)`` source of a Transformation."""
