@@ -11,8 +11,8 @@ variable, ``@nn.compact`` on the call method ...).  It writes no TODO and
 no report entry: those are the rule's.
 
 The layer helpers below (``layer_kwarg``, ``add_layer_defaults``,
-``renamed_kwargs``) are linen spellings of a legacy layer's keywords;
-rules/constructors.py re-exports them for the ``.partial`` rules.
+``renamed_kwargs``) are linen spellings of a legacy layer's keywords
+(a submodule call's, a ``.partial``'s).
 """
 
 import re
