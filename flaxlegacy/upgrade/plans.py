@@ -19,6 +19,11 @@ by the program pass: the legacy attention cache a model is given becomes
 the argument ``True``, the module decodes).  TODOs and report entries
 stay with the rule.
 
+The module rules outside the module bodies' cases decide plans too
+(rules/partials.py, splat.py, runtime_modules.py, recurrent.py,
+attention.py, attention_cache.py), as does the program pass's threaded
+``nn.stateful`` block (rules/program/stateful.py).
+
 Plans are frozen: an emitter reads them and never changes them.  This
 module imports nothing of the upgrade (a leaf under facts and rules).
 """
