@@ -423,11 +423,11 @@ def test_runtime_split_helper_binds_the_submodule():
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import linen  # pylint: disable=g-import-not-at-top
-  from flaxlegacy.upgrade.rules import runtime_modules  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade.emit import linen as linen_emit  # pylint: disable=g-import-not-at-top
 
   scope = {}
-  exec(runtime_modules.HELPER_SRC, scope)  # pylint: disable=exec-used
-  call = scope[runtime_modules.HELPER]
+  exec(linen_emit.RUNTIME_CALL_HELPER_SRC, scope)  # pylint: disable=exec-used
+  call = scope[linen_emit.RUNTIME_CALL_HELPER]
 
   class Scaled(linen.Module):
     features: int = 2

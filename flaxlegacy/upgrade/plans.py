@@ -19,6 +19,11 @@ by the program pass: the legacy attention cache a model is given becomes
 the argument ``True``, the module decodes).  TODOs and report entries
 stay with the rule.
 
+The module rules outside the module bodies' cases decide plans too
+(rules/partials.py, splat.py, runtime_modules.py, recurrent.py,
+attention.py, attention_cache.py), as does the program pass's threaded
+``nn.stateful`` block (rules/program/stateful.py).
+
 Plans are frozen: an emitter reads them and never changes them.  This
 module imports nothing of the upgrade (a leaf under facts and rules).
 """
@@ -756,3 +761,182 @@ class InitializeCache:
   cache: Any
   args: Tuple[Any, ...]
   call: Any
+
+
+# -- partials and splatted dicts (rules/partials.py, rules/splat.py) --
+
+
+@_plan
+class PartialModule:
+  """``X.partial(k=v, ...)`` of a legacy layer, a module class or a partial
+  of one: the module ``module`` (a ModuleRef) with hyper-parameters bound.
+  ``hypers``: the call's arguments in order (Hyper: keyed by keyword, or
+  ``'*'`` / ``'**'`` for a splatted one); ``layer``: the legacy layer at
+  the bottom of the partials whose keywords they are (the emitter renames
+  them), or None for a class (keyed by field: a catch-all's dict or a
+  dict split at run time already written as their arguments);
+  ``direct_layer``: ``module`` is the layer itself (the keywords the
+  target needs for the legacy numbers are added); ``runtime``: X holds
+  one of several module classes known only when the code runs, which
+  class deciding which keywords are fields."""
+  module: ModuleRef
+  hypers: Tuple[Hyper, ...]
+  layer: Any = None
+  direct_layer: bool = False
+  runtime: bool = False
+
+
+@_plan
+class CatchAllDict:
+  """The dict a module class's ``**`` catch-all field gets: ``items``,
+  ((key, value expression), ...) of the keywords it collects, after
+  ``base`` (the caller's own catch-all forwarded whole, an expression) or
+  None."""
+  items: Tuple[Tuple[str, Any], ...]
+  base: Any = None
+
+
+@_plan
+class SplitKwargs:
+  """A dict splatted into a legacy module call (``**d``) whose keys are
+  known only when the code runs, split then (rules/splat.py): the entries
+  of ``value`` (the dict's expression as rewritten so far) named in
+  ``names`` go through; with ``catch_all`` (the field collecting legacy's
+  ``**``), every other entry not named in ``elsewhere`` goes, with the
+  ``extra`` items ((key, value expression), ...), into that field;
+  without it, ``elsewhere`` given, any other entry is an unexpected
+  argument (a TypeError, as legacy's); ``elsewhere`` None: the other
+  entries are another split's."""
+  value: Any
+  names: Tuple[str, ...]
+  catch_all: Optional[str] = None
+  extra: Tuple[Tuple[str, Any], ...] = ()
+  elsewhere: Optional[Tuple[str, ...]] = None
+
+
+# -- a submodule whose class is known at run time (rules/runtime_modules.py) --
+
+
+@_plan
+class RuntimeSubmoduleCall:
+  """A call of a hyper-parameter that holds module classes of different
+  parameters (known only when the code runs which): construct the class
+  it holds with the keywords that are its fields, inside the calling
+  module, and call it on ``input`` with the others.  ``module``: the
+  callee as rewritten; ``input``: the one positional Arg; ``keywords``:
+  the call's keyword Args as written (an explicit ``name=`` among them);
+  ``name``: the AutoName to add, or None."""
+  module: Any
+  input: Any
+  keywords: Tuple[Any, ...]
+  name: Optional[AutoName] = None
+
+
+# -- legacy recurrent cells (rules/recurrent.py) --
+
+
+@_plan
+class RecurrentCell:
+  """A legacy recurrent cell built in a module body, its hidden size read
+  from the carry it is called with (legacy's; the upgrade cannot tell it
+  where the cell is built): ``cell``, the legacy class's name
+  ('LSTMCell', 'GRUCell', 'OptimizedLSTMCell'); ``hypers``, its keyword
+  Args as written (hyper-parameters of the same names as the target's,
+  an explicit ``name=``); ``name``, the AutoName to add, or None;
+  ``inputs``, the (carry, inputs) Args it is called on where the legacy
+  code called it (``nn.LSTMCell(carry, x, ...)``), or None where it is
+  only built (``.shared(...)``, a scan's body)."""
+  cell: str
+  hypers: Tuple[Any, ...]
+  name: Optional[AutoName] = None
+  inputs: Optional[Tuple[Any, ...]] = None
+
+
+@_plan
+class CellScan:
+  """A recurrent cell as the body of a scan (``scan_in_dim``,
+  ``jax.lax.scan``): ``cell`` (a RecurrentCell, built) run from the carry
+  ``init`` over ``xs`` along ``axis`` (an int), one set of its parameters
+  shared by every step, at the cell's path."""
+  cell: RecurrentCell
+  init: Any
+  xs: Any
+  axis: int = 0
+
+
+@_plan
+class CellCarry:
+  """The initial carry of a legacy cell (``nn.LSTMCell.initialize_carry(
+  rng, batch_dims, size[, init_fn])``): ``cell_expr``, the cell class as
+  rewritten so far; ``rng``, the key, or None for a fixed key (the zeros
+  carry does not depend on it, and a module then needs no random stream
+  for it); ``batch_dims`` and ``size`` as written; ``init``, the carry's
+  initializer (an initializers member), or None for zeros."""
+  cell_expr: Any
+  rng: Any
+  batch_dims: Any
+  size: Any
+  init: Any = None
+
+
+# -- legacy attention (rules/attention.py) --
+
+
+@_plan
+class Attention:
+  """A legacy attention call (``nn.SelfAttention`` /
+  ``nn.MultiHeadDotProductAttention``): the target's attention module
+  with legacy's parameter tree, and legacy's mask built from the inputs
+  when the code runs (legacy's rules).  ``call``: the legacy call as
+  rewritten so far (its layout is kept); ``inputs_q``, ``inputs_kv``
+  (None: self-attention): the inputs, plain variables (read twice);
+  ``args``: ((legacy parameter, Arg), ...) of the call's arguments in
+  order, keyed by the legacy parameter they bind (``'**'`` a splatted
+  dict); ``given``: the legacy parameters the call gives, in order;
+  ``splat``: the dict splatted into the call (its keys mapped when it
+  runs), or None; ``cache``: the legacy cache it is given (the module
+  decodes where it is not None), or None; ``dropout_rng``: the explicit
+  dropout key, or None; ``name``: the user's ``name=`` Arg, or None;
+  ``auto_name``: the AutoName to add, or None; ``guard``: (field, the
+  callee as rewritten) where the call goes through a field whose default
+  is legacy's attention class, checked to hold it when the code runs,
+  or None."""
+  call: Any
+  inputs_q: Any
+  args: Tuple[Tuple[str, Any], ...]
+  given: Tuple[str, ...]
+  inputs_kv: Any = None
+  splat: Any = None
+  cache: Any = None
+  dropout_rng: Any = None
+  name: Any = None
+  auto_name: Optional[AutoName] = None
+  guard: Optional[Tuple[str, Any]] = None
+
+
+# -- the attention cache in module bodies (rules/attention_cache.py) --
+
+
+@_plan
+class CacheEntry:
+  """Legacy ``cache.store(v)`` / ``cache.retrieve([d])`` (``op`` 'store'
+  or 'retrieve') on the module's cache parameter: the module's own entry
+  of the decoding cache (a variable of the cache collection, with
+  legacy's fields); ``args``: the call's arguments as rewritten so far."""
+  op: str
+  args: Tuple[Any, ...]
+
+
+# -- a collection scope threaded through its model calls (rules/program/stateful.py) --
+
+
+@_plan
+class ThreadedBlock:
+  """A ``with`` block whose collection scopes (``nn.stateful``, a legacy
+  attention cache's ``mutate()``) were threaded through the model calls
+  and inits in its body (their collections passed and returned there):
+  the scopes go, the body stays.  ``block``: the With as rewritten so far;
+  ``kept``: its other items as rewritten (a key scope kept), which keep
+  the block; none: the body runs in the enclosing block."""
+  block: Any
+  kept: Tuple[Any, ...] = ()

@@ -11,8 +11,8 @@ variable, ``@nn.compact`` on the call method ...).  It writes no TODO and
 no report entry: those are the rule's.
 
 The layer helpers below (``layer_kwarg``, ``add_layer_defaults``,
-``renamed_kwargs``) are linen spellings of a legacy layer's keywords;
-rules/constructors.py re-exports them for the ``.partial`` rules.
+``renamed_kwargs``) are linen spellings of a legacy layer's keywords
+(a submodule call's, a ``.partial``'s).
 """
 
 import re
@@ -412,6 +412,220 @@ class LinenEmitter:
         leading_lines=[cst.EmptyLine(indent=False)])
     return public, inner
 
+  # -- partials and splatted dicts (rules/partials.py, rules/splat.py) --
+  def partial_module(self, plan):
+    """PartialModule -> ``functools.partial(M, k=v, ...)`` (a layer's
+    keywords as linen's), or flaxlegacy's ``partial_module(X, ...)``
+    where the class X holds splits them when the code runs."""
+    args = [h.arg for h in plan.hypers]
+    layer = plan.layer
+    if layer is not None:
+      args = [layer_kwarg(a, layer) for a in args]
+      if plan.direct_layer:
+        args = add_layer_defaults(layer, args)
+      args = [a.with_changes(value=renamed_kwargs(layer, a.value))
+              if a.star == '**' else a for a in args]
+    if plan.runtime:
+      self._ctx.needed_imports.add(PARTIAL_HELPER)
+      func = PARTIAL_HELPER.rsplit('.', 1)[1]
+    else:
+      self._ctx.needed_imports.add('functools')
+      func = 'functools.partial'
+    return cst.Call(func=cst_util.expr(func), args=cst_util.clean_args(
+        [cst_util.arg(self.module_expr(plan.module))] + args))
+
+  def catch_all_dict(self, plan):
+    """CatchAllDict -> ``{'k': v, ...}`` / ``{**base, 'k': v, ...}``."""
+    code = self._ctx.code_of
+    items = ', '.join(f'{k!r}: {code(v)}' for k, v in plan.items)
+    if plan.base is not None:
+      return cst_util.expr(f'{{**{code(plan.base)}, {items}}}')
+    return cst_util.expr('{' + items + '}')
+
+  def split_kwargs(self, plan):
+    """SplitKwargs -> ``_legacy_kwargs(d, names[, catch_all[, extra]][,
+    elsewhere=])``, the helper written once into the file (plain
+    Python)."""
+    args = [_fresh_code(plan.value), _names_tuple(plan.names)]
+    if plan.catch_all is not None:
+      args.append(repr(plan.catch_all))
+      if plan.extra:
+        code = self._ctx.code_of
+        args.append('{' + ', '.join(f'{k!r}: {code(v)}'
+                                    for k, v in plan.extra) + '}')
+    if plan.elsewhere is not None:
+      args.append(f'elsewhere={_names_tuple(plan.elsewhere)}')
+    self._ctx.needed_defs[SPLIT_HELPER] = SPLIT_HELPER_SRC
+    return cst.parse_expression(f'{SPLIT_HELPER}({", ".join(args)})')
+
+  # -- a submodule whose class is known at run time --
+  def runtime_submodule_call(self, plan):
+    """RuntimeSubmoduleCall -> ``_legacy_module_call(cls, x, k=v, ...,
+    name=)``, the helper written once into the file (plain linen)."""
+    kwargs = list(plan.keywords)
+    if plan.name is not None:
+      kwargs.append(cst.Arg(value=self.name(plan.name),
+                            keyword=cst.Name('name'),
+                            equal=cst.AssignEqual(
+                                whitespace_before=cst.SimpleWhitespace(''),
+                                whitespace_after=cst.SimpleWhitespace(''))))
+    self._ctx.needed_defs[RUNTIME_CALL_HELPER] = RUNTIME_CALL_HELPER_SRC
+    return cst.Call(func=cst.Name(RUNTIME_CALL_HELPER), args=[
+        cst.Arg(value=plan.module)] + [
+            a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            for a in [plan.input] + kwargs])
+
+  # -- legacy recurrent cells --
+  def _cell_ctor(self, plan, func=None):
+    """``legacy_cells.<Cell>(hypers..., name=)`` of a RecurrentCell (the
+    shipped subclass whose ``features`` the carry gives)."""
+    self._ctx.needed_imports.add(CELLS_IMPORT)
+    args = list(plan.hypers)
+    if plan.name is not None:
+      args.append(cst_util.arg(self.name(plan.name), 'name'))
+    if func is None:
+      func = cst_util.expr(f'{CELLS}.{plan.cell}')
+    return cst.Call(func=func, args=cst_util.clean(args))
+
+  def recurrent_cell(self, plan):
+    """RecurrentCell -> ``legacy_cells.<Cell>(...)`` [``(carry, x)``]."""
+    ctor = self._cell_ctor(plan)
+    if plan.inputs is None:
+      return ctor
+    return cst.Call(func=ctor, args=cst_util.clean(
+        [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+         for a in plan.inputs]))
+
+  def cell_scan(self, plan):
+    """CellScan -> ``nn.scan(legacy_cells.<Cell>, variable_broadcast=
+    'params', split_rngs={'params': False}[, in_axes=, out_axes=])(...)(
+    init, xs)``."""
+    axes = (f', in_axes={plan.axis}, out_axes={plan.axis}' if plan.axis
+            else '')
+    lifted = cst_util.expr(
+        f"{self._prefix()}.scan({CELLS}.{plan.cell.cell}, "
+        f"variable_broadcast='params', split_rngs={{'params': False}}{axes})")
+    return cst.Call(func=self._cell_ctor(plan.cell, lifted),
+                    args=cst_util.clean([cst.Arg(value=plan.init),
+                                         cst.Arg(value=plan.xs)]))
+
+  def cell_carry(self, plan):
+    """CellCarry -> ``nn.LSTMCell(size, parent=None).initialize_carry(rng,
+    batch_dims + (size,))`` (``parent=None``: a throw-away cell, no
+    submodule, no auto-name; ``carry_init`` for another initializer)."""
+    ctor_args = [cst.Arg(value=plan.size),
+                 cst_util.arg(cst_util.expr('None'), 'parent')]
+    if plan.init is not None:
+      ctor_args.append(cst_util.arg(plan.init, 'carry_init'))
+    rng = plan.rng
+    if rng is None:
+      rng = cst_util.expr('jax.random.PRNGKey(0)')
+      self._ctx.needed_imports.add('jax')
+    dims, size = plan.batch_dims, plan.size
+    if isinstance(dims, cst.Tuple) and not any(
+        isinstance(e, cst.StarredElement) for e in dims.elements):
+      elements = [e.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                  for e in dims.elements] + [cst.Element(value=size)]
+      shape = cst.Tuple(elements=cst_util.clean(elements))
+    else:
+      shape = cst.BinaryOperation(
+          left=cst.Call(func=cst.Name('tuple'), args=[cst.Arg(value=dims)]),
+          operator=cst.Add(),
+          right=cst.Tuple(elements=[cst.Element(
+              value=size, comma=cst.Comma())]))
+    ctor = cst.Call(func=plan.cell_expr, args=cst_util.clean(ctor_args))
+    return cst.Call(func=cst.Attribute(value=ctor,
+                                       attr=cst.Name('initialize_carry')),
+                    args=cst_util.clean([cst.Arg(value=rng),
+                                         cst.Arg(value=shape)]))
+
+  # -- legacy attention --
+  def attention(self, plan):
+    """Attention -> ``nn.MultiHeadDotProductAttention(num_heads=...,
+    use_bias=..., decode=cache is not None, name=...)(x, mask=
+    legacy_attention_mask(x, causal_mask=..., decode=...))``: the legacy
+    call's layout kept (each argument with its own comma and line break;
+    the mask helper reuses it)."""
+    line_comma = next((a.comma for a in plan.call.args
+                       if isinstance(a.comma, cst.Comma)),
+                      cst.MaybeSentinel.DEFAULT)
+    ctor, mask_args = [], []
+    for k, a in plan.args:
+      if k in ATTENTION_CTOR:
+        ctor.append(_keyword(a, ATTENTION_CTOR[k]))
+      elif k in ATTENTION_MASK_ARGS:
+        mask_args.append(_keyword(a, k))
+    given = plan.given
+    if 'dropout_rate' in given and 'deterministic' not in given and (
+        plan.splat is None):
+      # legacy's default; linen's has none
+      ctor.append(cst_util.arg(cst.Name('False'), 'deterministic'))
+    if plan.splat is not None:
+      # the keys are known when the call runs: linen's names, the mask's
+      # arguments apart, and a TypeError for what has no linen counterpart
+      src = _fresh_code(plan.splat)
+      given_src = '(' + ''.join(f'{k!r}, ' for k in given) + ')'
+      self._ctx.needed_defs[ATTENTION_KWARGS_HELPER] = (
+          ATTENTION_KWARGS_HELPER_SRC)
+      ctor.append(cst.Arg(star='**', value=cst_util.expr(
+          f"{ATTENTION_KWARGS_HELPER}({src}, 'ctor', {given_src})")))
+      mask_args.append(cst.Arg(star='**', value=cst_util.expr(
+          f"{ATTENTION_KWARGS_HELPER}({src}, 'mask', {given_src})")))
+    if plan.cache is not None:
+      decode = cst.Comparison(
+          left=plan.cache, comparisons=[cst.ComparisonTarget(
+              operator=cst.IsNot(), comparator=cst.Name('None'))])
+      ctor.append(cst_util.arg(decode, 'decode'))
+      mask_args.append(cst_util.arg(decode.deep_clone(), 'decode'))
+    q, kv = plan.inputs_q, plan.inputs_kv
+    inputs = [cst_util.arg(q.deep_clone())]
+    if kv is not None:
+      inputs.append(cst_util.arg(kv.deep_clone()))
+    if mask_args:
+      inputs[-1] = inputs[-1].with_changes(comma=line_comma)
+    self._ctx.needed_imports.add(ATTENTION_MASK_HELPER)
+    mask = cst.Call(func=cst.Name(ATTENTION_MASK_HELPER.rsplit('.', 1)[1]),
+                    args=cst_util.clean_args(inputs + mask_args),
+                    whitespace_before_args=plan.call.whitespace_before_args)
+    call = [cst_util.arg(q)]
+    if kv is not None:
+      call.append(cst_util.arg(kv))
+    call.append(cst_util.arg(mask, 'mask'))
+    if plan.dropout_rng is not None:
+      call.append(cst_util.arg(plan.dropout_rng, 'dropout_rng'))
+    if plan.name is not None:
+      ctor.append(plan.name)
+    elif plan.auto_name is not None:
+      ctor.append(cst_util.arg(self.name(plan.auto_name), 'name'))
+    func = cst_util.expr(self._prefix() + '.MultiHeadDotProductAttention')
+    if plan.guard is not None:
+      # the field holds its default (legacy's attention class) when the
+      # code runs, else a clear error
+      field, callee = plan.guard
+      self._ctx.needed_imports.add(ATTENTION_GUARD_HELPER)
+      func = cst.Call(
+          func=cst.Name(ATTENTION_GUARD_HELPER.rsplit('.', 1)[1]),
+          args=cst_util.clean_args([
+              cst_util.arg(cst.Name('self')),
+              cst_util.arg(cst.SimpleString(repr(field))),
+              cst_util.arg(callee), cst_util.arg(func)]))
+    return cst.Call(func=cst.Call(
+        func=func, args=cst_util.clean_args(ctor),
+        whitespace_before_args=plan.call.whitespace_before_args),
+                    args=cst_util.clean_args(call))
+
+  # -- the attention cache in module bodies --
+  def cache_entry(self, plan):
+    """CacheEntry -> ``legacy_cache_store(self, v)`` /
+    ``legacy_cache_retrieve(self[, d])`` (flaxlegacy.migrate.upgraded_cache:
+    the module's variable of linen's 'cache' collection)."""
+    helper = CACHE_ENTRY_HELPERS[plan.op]
+    self._ctx.needed_imports.add(helper)
+    return cst.Call(func=cst.Name(helper.rsplit('.', 1)[1]),
+                    args=[cst.Arg(cst.Name('self'), comma=cst.Comma(
+                        whitespace_after=cst.SimpleWhitespace(' ')))] + [
+                            a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+                            for a in plan.args])
 
   # -- subclasses of legacy layers and user modules --
   def layer_base(self, plan):
@@ -474,6 +688,139 @@ class LinenEmitter:
     self._ctx.needed_defs[DRIVER_HELPER] = _driver_helper_src()
     return cst.parse_expression(
         f'{DRIVER_HELPER}({code(plan.module)}, {kwargs}).{plan.op}({rest})')
+
+
+# flaxlegacy's partial of a module class known only when the code runs
+# (plans.PartialModule ``runtime``)
+PARTIAL_HELPER = 'flaxlegacy.migrate.upgraded.partial_module'
+
+
+def _names_tuple(names):
+  """``('a', 'b')`` / ``('a',)`` source."""
+  names = list(names)
+  if len(names) == 1:
+    return f'({names[0]!r},)'
+  return '(' + ', '.join(repr(n) for n in names) + ')'
+
+
+# the run-time split of a splatted dict (plans.SplitKwargs), written once
+# into an upgraded file that needs it (plain Python, nothing imported)
+SPLIT_HELPER = '_legacy_kwargs'
+SPLIT_HELPER_SRC = '''\
+def _legacy_kwargs(kwargs, names, catch_all=None, extra=None, elsewhere=None):
+  """Keyword arguments of a legacy module call, split for its linen class.
+
+  Returns the entries of ``kwargs`` named in ``names``.  With
+  ``catch_all`` (the legacy ``**`` parameter, now a dict field), every
+  other entry not named in ``elsewhere`` goes, with those of ``extra``,
+  into one dict under that key.  Without it, ``elsewhere`` set (the
+  class's call parameters), any other entry is an unexpected argument,
+  as it was for the legacy module's apply.
+  """
+  out = {k: v for k, v in kwargs.items() if k in names}
+  rest = dict(extra or {})
+  for k, v in kwargs.items():
+    if k in names or elsewhere is None or k in elsewhere:
+      continue
+    if catch_all is None:
+      raise TypeError(f'unexpected keyword argument {k!r}')
+    if k in rest:
+      raise TypeError(f'got multiple values for keyword argument {k!r}')
+    rest[k] = v
+  if catch_all is not None:
+    out[catch_all] = rest
+  return out
+'''
+
+
+# the split of a submodule call whose class is known only at run time
+# (plans.RuntimeSubmoduleCall), written once into an upgraded file
+RUNTIME_CALL_HELPER = '_legacy_module_call'
+RUNTIME_CALL_HELPER_SRC = '''
+
+# Written by flaxlegacy upgrade: a submodule whose class is known only at
+# run time (a hyper-parameter holding classes of different fields).
+def _legacy_module_call(module_class, /, *inputs, **kwargs):
+  """Constructs ``module_class`` with the keywords that are its dataclass
+  fields (``name`` included) and calls it on ``inputs`` with the rest, as
+  the legacy module took all of them at the call."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import functools  # pylint: disable=g-import-not-at-top
+  cls = module_class
+  while isinstance(cls, functools.partial):
+    cls = cls.func
+  fields = {f.name for f in dataclasses.fields(cls) if f.init} - {'parent'}
+  ctor = {k: v for k, v in kwargs.items() if k in fields}
+  call = {k: v for k, v in kwargs.items() if k not in fields}
+  return module_class(**ctor)(*inputs, **call)
+'''
+
+
+# flaxlegacy's linen cells whose features the carry gives
+# (plans.RecurrentCell), imported beside upgraded code under this name
+CELLS = 'legacy_cells'
+CELLS_IMPORT = 'flaxlegacy.migrate.legacy_cells'
+
+
+# legacy attention (plans.Attention): the legacy parameters of linen's
+# constructor -> its fields
+ATTENTION_CTOR = {'num_heads': 'num_heads', 'dtype': 'dtype',
+        'qkv_features': 'qkv_features', 'out_features': 'out_features',
+        'broadcast_dropout': 'broadcast_dropout',
+        'dropout_rate': 'dropout_rate', 'deterministic': 'deterministic',
+        'precision': 'precision', 'kernel_init': 'kernel_init',
+        'bias_init': 'bias_init', 'bias': 'use_bias'}
+# the legacy parameters of the mask
+ATTENTION_MASK_ARGS = ('attention_axis', 'causal_mask', 'padding_mask',
+             'key_padding_mask', 'segmentation', 'key_segmentation')
+
+# flaxlegacy's legacy attention mask, and the check that a field holds
+# legacy's attention class (plain jax.numpy / Python)
+ATTENTION_MASK_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                         'legacy_attention_mask')
+ATTENTION_GUARD_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                          'legacy_attention_default')
+
+
+# the run-time map of a dict splatted into an attention call, written
+# once into the file
+ATTENTION_KWARGS_HELPER = '_legacy_attention_kwargs'
+ATTENTION_KWARGS_HELPER_SRC = f'''\
+def _legacy_attention_kwargs(kwargs, part, given=()):
+  """Legacy attention keyword arguments splatted into a call, for linen.
+
+  part 'ctor': those of MultiHeadDotProductAttention's constructor, with
+  linen's names (and legacy's default deterministic=False where a dropout
+  rate is given); part 'mask': those of the legacy mask; any other legacy
+  argument raises (it has no linen counterpart in this call).
+  """
+  ctor = {ATTENTION_CTOR!r}
+  mask = {ATTENTION_MASK_ARGS!r}
+  extra = [k for k in kwargs if k not in ctor and k not in mask]
+  if extra:
+    raise TypeError(f'legacy attention arguments {{extra}} have no linen '
+                    'counterpart here')
+  if part == 'mask':
+    return {{k: v for k, v in kwargs.items() if k in mask}}
+  out = {{ctor[k]: v for k, v in kwargs.items() if k in ctor}}
+  if (('dropout_rate' in kwargs or 'dropout_rate' in given)
+      and 'deterministic' not in kwargs and 'deterministic' not in given):
+    out['deterministic'] = False
+  return out
+'''
+
+
+def _keyword(a, keyword):
+  """The legacy Arg ``a`` as ``keyword=value``, keeping its comma."""
+  return a.with_changes(keyword=cst.Name(keyword), equal=cst.AssignEqual(
+      whitespace_before=cst.SimpleWhitespace(''),
+      whitespace_after=cst.SimpleWhitespace('')))
+
+
+# a module's entry of the legacy attention cache (plans.CacheEntry)
+CACHE_ENTRY_HELPERS = {
+    'store': 'flaxlegacy.migrate.upgraded_cache.legacy_cache_store',
+    'retrieve': 'flaxlegacy.migrate.upgraded_cache.legacy_cache_retrieve'}
 
 
 class _CallArgs(cst.CSTTransformer):
@@ -942,6 +1289,21 @@ class LinenProgramEmitter:
   def collection_dict(self, plan):
     """CollectionDict -> the collection itself (a dict now)."""
     return plan.call.func.value
+
+  # -- a collection scope threaded through its model calls --
+  @staticmethod
+  def threaded_block(plan):
+    """ThreadedBlock -> the block with its kept items, or its body in the
+    enclosing block (a FlattenSentinel; the block's leading lines go to
+    the first statement)."""
+    block = plan.block
+    if plan.kept:
+      return block.with_changes(items=cst_util.clean(list(plan.kept)))
+    body = list(block.body.body)
+    if body:
+      body[0] = body[0].with_changes(leading_lines=list(
+          block.leading_lines) + list(body[0].leading_lines))
+    return cst.FlattenSentinel(body)
 
   # -- optimizers --
   def _legacy_tx_src(self, plan):

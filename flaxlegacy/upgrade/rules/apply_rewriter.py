@@ -348,12 +348,6 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
     self.ctx.constructions[id(node)] = (node, plan)
     return node
 
-  def _auto_name(self, original, ref_type_name, ctor_src):
-    """The ``name=`` argument to add for an auto-named call, or None (the
-    plan of ``_auto_name_plan`` written by the emitter)."""
-    plan = self._auto_name_plan(original, ref_type_name, ctor_src)
-    return None if plan is None else self.emit.name(plan)
-
 
 def _cache_call(rw, original_node, updated_node):
   """``cache.store`` / ``cache.retrieve`` of the legacy attention cache

@@ -34,11 +34,17 @@ bias=False, cache=cache)`` becomes::
 * Left with a TODO: ``attention_fn=``, ``*args`` / several ``**kwargs``,
   positional arguments legacy would reject, and inputs that are not plain
   variables (the mask needs them a second time).
+
+The rule binds the call's arguments to the legacy parameters and decides
+an ``Attention`` plan (upgrade/plans.py); the linen spellings above (the
+constructor's keywords, the mask helper, ``decode=``, the splat helper)
+are the emitter's.
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors.usage import ATTENTION  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention_cache
@@ -53,16 +59,6 @@ PARAMS = ('inputs_kv', 'num_heads', 'dtype', 'qkv_features', 'out_features',
           'segmentation', 'key_segmentation', 'cache', 'broadcast_dropout',
           'dropout_rng', 'dropout_rate', 'deterministic', 'precision',
           'kernel_init', 'bias_init', 'bias', 'attention_fn')
-# -> linen constructor fields
-CTOR = {'num_heads': 'num_heads', 'dtype': 'dtype',
-        'qkv_features': 'qkv_features', 'out_features': 'out_features',
-        'broadcast_dropout': 'broadcast_dropout',
-        'dropout_rate': 'dropout_rate', 'deterministic': 'deterministic',
-        'precision': 'precision', 'kernel_init': 'kernel_init',
-        'bias_init': 'bias_init', 'bias': 'use_bias'}
-MASK_ARGS = ('attention_axis', 'causal_mask', 'padding_mask',
-             'key_padding_mask', 'segmentation', 'key_segmentation')
-
 DECODE_TODO = ('legacy attention cache -> linen decode=(cache is not None): '
                "the decoding cache is linen's 'cache' collection (init with "
                "a cache argument, apply with mutable=['cache']); port the "
@@ -88,7 +84,6 @@ def _is_none(expr):
   return isinstance(expr, cst.Name) and expr.value == 'None'
 
 
-GUARD_HELPER = 'flaxlegacy.migrate.upgraded_attention.legacy_attention_default'
 PARTIAL_TODO = ('{name}.{what}(...): {name!r} holds legacy {attr} (its '
                 "default); linen's attention takes another attention_fn "
                 'interface and has no .{what}: port this by hand')
@@ -240,116 +235,21 @@ def rewrite(up, original, updated, attr, guard=None):
   cache = bound.get('cache')
   if cache is not None and _is_none(cache):
     cache = None
-  decode = None
-  if cache is not None:
-    decode = cst.Comparison(
-        left=cache, comparisons=[cst.ComparisonTarget(
-            operator=cst.IsNot(), comparator=cst.Name('None'))])
-
-  # The constructor keeps the legacy call's layout (each argument with its
-  # own comma and line break); the mask helper reuses it.
-  line_comma = next((a.comma for a in args if isinstance(a.comma, cst.Comma)),
-                    cst.MaybeSentinel.DEFAULT)
-  ctor, mask_args = [], []
-  for a, k in zip(args, keys):
-    if k in CTOR:
-      ctor.append(_keyword(a, CTOR[k]))
-    elif k in MASK_ARGS:
-      mask_args.append(_keyword(a, k))
-  if 'dropout_rate' in bound and 'deterministic' not in bound and (
-      splat is None):
-    # legacy default; linen's has none
-    ctor.append(cst_util.arg(cst.Name('False'), 'deterministic'))
-  if splat is not None:
-    # the keys are known when the call runs: linen's names, the mask's
-    # arguments apart, and a TypeError for what has no linen counterpart
-    src = cst.Module([]).code_for_node(splat)
-    given = '(' + ''.join(f'{k!r}, ' for k in bound) + ')'
-    up.ctx.needed_defs[KWARGS_HELPER] = KWARGS_HELPER_SRC
-    ctor.append(cst.Arg(star='**', value=cst_util.expr(
-        f"{KWARGS_HELPER}({src}, 'ctor', {given})")))
-    mask_args.append(cst.Arg(star='**', value=cst_util.expr(
-        f"{KWARGS_HELPER}({src}, 'mask', {given})")))
-  if decode is not None:
-    ctor.append(cst_util.arg(decode, 'decode'))
-    mask_args.append(cst_util.arg(decode.deep_clone(), 'decode'))
-  inputs = [cst_util.arg(q.deep_clone())]
-  if kv is not None:
-    inputs.append(cst_util.arg(kv.deep_clone()))
-  if mask_args:
-    inputs[-1] = inputs[-1].with_changes(comma=line_comma)
-  up.ctx.needed_imports.add(MASK_HELPER)
-  mask = cst.Call(func=cst.Name(MASK_HELPER.rsplit('.', 1)[1]),
-                  args=cst_util.clean_args(inputs + mask_args),
-                  whitespace_before_args=updated.whitespace_before_args)
-  call = [cst_util.arg(q)]
-  if kv is not None:
-    call.append(cst_util.arg(kv))
-  call.append(cst_util.arg(mask, 'mask'))
-  if 'dropout_rng' in bound:
-    call.append(cst_util.arg(bound['dropout_rng'], 'dropout_rng'))
-
-  if name_arg is not None:
-    ctor.append(name_arg)
-  else:
+  auto = None
+  if name_arg is None:
     if up.todo_all:
       up.todo(original, up.todo_all)
-    auto = up._auto_name(original, TYPE_NAME, None)  # pylint: disable=protected-access
-    if auto is not None:
-      ctor.append(cst_util.arg(auto, 'name'))
+    auto = up._auto_name_plan(original, TYPE_NAME, None)  # pylint: disable=protected-access
   if cache is not None and not attention_cache.enabled(up.ctx.codebase):
     # where the codebase builds the cache, rules/attention_cache.py ports
     # its life cycle (or leaves the TODO at the program's lines)
     up.todo(original, DECODE_TODO)
-  func = cst_util.expr(up._prefix() + '.MultiHeadDotProductAttention')  # pylint: disable=protected-access
-  if guard is not None:
-    # the field holds its default (legacy's attention class) at run time,
-    # else a clear error (rules/attention.py field_attention)
-    up.ctx.needed_imports.add(GUARD_HELPER)
-    func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]), args=[
-        cst_util.arg(cst.Name('self')),
-        cst_util.arg(cst.SimpleString(repr(guard))),
-        cst_util.arg(updated.func),
-        cst_util.arg(func)])
-    func = cst.Call(func=cst.Name(GUARD_HELPER.rsplit('.', 1)[1]),
-                    args=cst_util.clean_args(list(func.args)))
   up.rewrote(original, 'attention', f'nn.{attr} -> linen '
              'MultiHeadDotProductAttention with the legacy mask')
   up.ctx.report.rewritten[-1]['shipped'] = MASK_HELPER
-  return cst.Call(func=cst.Call(
-      func=func, args=cst_util.clean_args(ctor),
-      whitespace_before_args=updated.whitespace_before_args),
-                  args=cst_util.clean_args(call))
-
-
-KWARGS_HELPER = '_legacy_attention_kwargs'
-KWARGS_HELPER_SRC = f'''\
-def _legacy_attention_kwargs(kwargs, part, given=()):
-  """Legacy attention keyword arguments splatted into a call, for linen.
-
-  part 'ctor': those of MultiHeadDotProductAttention's constructor, with
-  linen's names (and legacy's default deterministic=False where a dropout
-  rate is given); part 'mask': those of the legacy mask; any other legacy
-  argument raises (it has no linen counterpart in this call).
-  """
-  ctor = {CTOR!r}
-  mask = {MASK_ARGS!r}
-  extra = [k for k in kwargs if k not in ctor and k not in mask]
-  if extra:
-    raise TypeError(f'legacy attention arguments {{extra}} have no linen '
-                    'counterpart here')
-  if part == 'mask':
-    return {{k: v for k, v in kwargs.items() if k in mask}}
-  out = {{ctor[k]: v for k, v in kwargs.items() if k in ctor}}
-  if (('dropout_rate' in kwargs or 'dropout_rate' in given)
-      and 'deterministic' not in kwargs and 'deterministic' not in given):
-    out['deterministic'] = False
-  return out
-'''
-
-
-def _keyword(a, keyword):
-  """The legacy Arg ``a`` as ``keyword=value``, keeping its comma."""
-  return a.with_changes(keyword=cst.Name(keyword), equal=cst.AssignEqual(
-      whitespace_before=cst.SimpleWhitespace(''),
-      whitespace_after=cst.SimpleWhitespace('')))
+  return up.emit.attention(plans.Attention(
+      call=updated, inputs_q=q, inputs_kv=kv,
+      args=tuple(zip(keys, args)), given=tuple(bound), splat=splat,
+      cache=cache, dropout_rng=bound.get('dropout_rng'), name=name_arg,
+      auto_name=auto,
+      guard=None if guard is None else (guard, updated.func)))

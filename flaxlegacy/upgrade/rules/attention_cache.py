@@ -57,7 +57,7 @@ _CACHE_BUILT = re.compile(
 # a legacy nn.Collection of the codebase's own (other store/retrieve users)
 _COLLECTION_BUILT = re.compile(r'\bCollection\s*\(')
 
-INIT_HELPER = 'flaxlegacy.migrate.upgraded_cache.legacy_initialize_cache'
+# the helpers the report names (the emitter writes their calls)
 STORE_HELPER = 'flaxlegacy.migrate.upgraded_cache.legacy_cache_store'
 RETRIEVE_HELPER = 'flaxlegacy.migrate.upgraded_cache.legacy_cache_retrieve'
 COLLECTION = 'cache'
@@ -150,16 +150,12 @@ def module_call_shape(up, call):
 
 
 def module_call(up, original, updated):
-  """The helper call for a ``module_call_shape`` call."""
-  f = original.func
-  args = list(updated.args)
-  helper = STORE_HELPER if f.attr.value == 'store' else RETRIEVE_HELPER
-  up.ctx.needed_imports.add(helper)
-  up.rewrote(original, 'attention_cache', f'cache.{f.attr.value} -> the '
+  """The CacheEntry plan of a ``module_call_shape`` call (written by the
+  emitter: ``legacy_cache_store(self, v)`` ...)."""
+  op = original.func.attr.value
+  helper = STORE_HELPER if op == 'store' else RETRIEVE_HELPER
+  up.rewrote(original, 'attention_cache', f'cache.{op} -> the '
              "module's variable of linen's 'cache' collection")
   up.ctx.report.rewritten[-1]['shipped'] = helper
-  return cst.Call(func=cst.Name(helper.rsplit('.', 1)[1]),
-                  args=[cst.Arg(cst.Name('self'), comma=cst.Comma(
-                      whitespace_after=cst.SimpleWhitespace(' ')))] + [
-                          a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                          for a in args])
+  return up.emit.cache_entry(plans.CacheEntry(op=op,
+                                              args=tuple(updated.args)))

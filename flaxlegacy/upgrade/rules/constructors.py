@@ -1,16 +1,15 @@
 """How a resolved module reference is constructed (shared by the
 ``.partial`` rules, rules/partials.py, and a module body's calls,
-rules/apply/): its constructor expression, legacy layer keywords renamed to
-linen's, the keywords linen needs for the legacy numbers, and the layer or
-class at the bottom of a chain of partials.  Of the rules it imports only
-``subclasses`` (a user's subclass of a legacy layer).  What a reference
-constructs is a plan (``module_ref``, upgrade/plans.py); its linen text is
-the emitter's (upgrade/emit/linen.py, where the keyword helpers live)."""
+rules/apply/): what it constructs (``module_ref``, a plan of
+upgrade/plans.py) and the layer or class at the bottom of a chain of
+partials.  Of the rules it imports only ``subclasses`` (a user's subclass
+of a legacy layer).  The constructor's linen text -- legacy layer keywords
+renamed to linen's, the keywords linen needs for the legacy numbers -- is
+the emitter's (upgrade/emit/linen.py)."""
 
 
 from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import plans
-from flaxlegacy.upgrade.emit import linen as linen_emit
 from flaxlegacy.upgrade.rules import subclasses
 
 
@@ -39,15 +38,3 @@ def module_ref(up, ref, updated_func):
     return plans.ModuleRef(expr=updated_func, layer=layer, shipped=full)
   return plans.ModuleRef(expr=updated_func, layer=layer,
                          user_subclass=subclasses.is_user_layer(layer))
-
-
-def ctor_expr(up, ref, updated_func):
-  """The constructor expression: ``nn.Dense``, ``Block``, a variable ...
-  (``module_ref`` written by the rewriter's emitter)."""
-  return up.emit.module_expr(module_ref(up, ref, updated_func))
-
-
-# linen spellings of a legacy layer's keywords (the emitter's)
-renamed_kwargs = linen_emit.renamed_kwargs
-layer_kwarg = linen_emit.layer_kwarg
-add_layer_defaults = linen_emit.add_layer_defaults

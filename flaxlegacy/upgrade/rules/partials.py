@@ -17,6 +17,7 @@ import libcst as cst
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.rules import constructors
 from flaxlegacy.upgrade.rules import drivers
@@ -25,11 +26,13 @@ from flaxlegacy.upgrade.rules.resolver import Resolver  # pylint: disable=g-impo
 
 
 def partial_call(up, original, updated, inner):
-  """``X.partial(**kw)`` -> ``functools.partial(X, **kw)``."""
+  """``X.partial(**kw)`` -> the PartialModule plan (upgrade/plans.py:
+  ``functools.partial(X, **kw)``)."""
   args = list(updated.args)
   if any(a.keyword is None and not a.star for a in args):
     up.todo(original, '.partial with positional arguments')
     return updated
+  layer = None
   if inner.kind == 'layer':
     layer = inner.target
     for a in args:
@@ -37,19 +40,18 @@ def partial_call(up, original, updated, inner):
         up.todo(original, layer_table.UNSUPPORTED_ARGS[(layer.legacy,
                                                         cst_util.kw(a))])
         return updated
-    args = constructors.add_layer_defaults(layer, [constructors.layer_kwarg(a, layer) for a in args])
-    args = [a.with_changes(value=constructors.renamed_kwargs(layer, a.value))
-            if a.star == '**' else a for a in args]
   else:
     root = constructors.partial_root(inner)
     fields = root.target.fields if root.kind == 'class' else []
     if root.kind == 'layer':
-      fields = [layer_table.linen_kwarg(root.target, p)
-                for p in root.target.params]
-      args = [constructors.layer_kwarg(a, root.target) for a in args]
-      args = [a.with_changes(value=constructors.renamed_kwargs(root.target, a.value))
-              if a.star == '**' else a for a in args]
-    elif root.kind == 'class' and (root.target.var_kw or any(
+      layer = root.target
+      fields = [layer_table.linen_kwarg(layer, p) for p in layer.params]
+      # (linen's keywords: a legacy one or linen's own are bound)
+      given = [k if k in (None, 'name') else layer_table.linen_kwarg(layer, k)
+               for k in map(cst_util.kw, args)]
+    else:
+      given = None
+    if root.kind == 'class' and (root.target.var_kw or any(
         a.star == '**' for a in args)):
       args = _partial_class_kwargs(up, original, root.target, args)
       if args is None:
@@ -57,16 +59,17 @@ def partial_call(up, original, updated, inner):
     # (a layer has no catch-all: only a class's ``**kwargs`` takes more)
     known = fields + ['name'] + (
         [root.target.var_kw] if root.kind == 'class' else [])
-    bad = [cst_util.kw(a) for a in args
-           if cst_util.kw(a) and cst_util.kw(a) not in known]
+    if given is None:
+      given = [cst_util.kw(a) for a in args]
+    bad = [k for k in given if k and k not in known]
     if bad:
       up.todo(original, f'.partial binds call parameters {bad}')
       return updated
-  up.ctx.needed_imports.add('functools')
   up.rewrote(original, 'partial', '.partial -> functools.partial')
-  ctor = constructors.ctor_expr(up, inner, updated.func.value)
-  return cst.Call(func=cst_util.expr('functools.partial'),
-                  args=cst_util.clean_args([cst_util.arg(ctor)] + args))
+  return up.emit.partial_module(plans.PartialModule(
+      module=constructors.module_ref(up, inner, updated.func.value),
+      hypers=tuple(plans.Hyper(cst_util.kw(a) or a.star, a) for a in args),
+      layer=layer, direct_layer=inner.kind == 'layer'))
 
 
 def _partial_class_kwargs(up, original, info, args):
@@ -86,8 +89,8 @@ def _partial_class_kwargs(up, original, info, args):
             'by hand')
     return None
   if not splats:
-    items = ', '.join(f'{k!r}: {up.ctx.code_of(v)}' for k, v in extra)
-    return out + [cst_util.arg(cst_util.expr('{' + items + '}'), info.var_kw)]
+    return out + [cst_util.arg(up.emit.catch_all_dict(plans.CatchAllDict(
+        items=tuple(extra))), info.var_kw)]
   if not info.var_kw and len(info.call) <= 1:
     return args  # its keys can only be fields (or a TypeError, as legacy)
   if not info.var_kw:
@@ -98,8 +101,7 @@ def _partial_class_kwargs(up, original, info, args):
     up.todo(original, 'a dict splatted into .partial of a module with call '
             'parameters and a ** catch-all: its keys are not known here')
     return None
-  split, why = splat.runtime_split(up, info, splats[0].value, extra,
-                                   up.ctx.code_of)
+  split, why = splat.runtime_split(up, info, splats[0].value, extra)
   if split is None:
     up.todo(original, why)
     return None
@@ -151,9 +153,6 @@ def module_level_partial_leave(up, original_node, updated_node):
   return updated_node
 
 
-PARTIAL_HELPER = 'flaxlegacy.migrate.upgraded.partial_module'
-
-
 def _classes_partial(up, original, updated):
   """``X.partial(k=v)`` where X holds legacy module classes of different
   parameters (an agent's ``network`` argument, its subclasses passing
@@ -193,14 +192,13 @@ def _classes_partial(up, original, updated):
     # a class the upgrade converts (an unknown one may take anything)
     if 'unknown' in kinds:
       return updated
-    up.ctx.needed_imports.add(PARTIAL_HELPER)
     up.rewrote(original, 'partial', '.partial of module classes of '
                'different parameters -> partial_module (keywords split '
                'at run time)')
-    return cst.Call(func=cst_util.expr(PARTIAL_HELPER.rsplit('.', 1)[1]),
-                    args=cst_util.clean_args([cst_util.arg(updated.func.value)] + args))
-  up.ctx.needed_imports.add('functools')
-  up.rewrote(original, 'partial', '.partial of module classes known by '
-             'their values -> functools.partial')
-  return cst.Call(func=cst_util.expr('functools.partial'),
-                  args=cst_util.clean_args([cst_util.arg(updated.func.value)] + args))
+  else:
+    up.rewrote(original, 'partial', '.partial of module classes known by '
+               'their values -> functools.partial')
+  return up.emit.partial_module(plans.PartialModule(
+      module=plans.ModuleRef(expr=updated.func.value),
+      hypers=tuple(plans.Hyper(cst_util.kw(a) or a.star, a) for a in args),
+      runtime=runtime))

@@ -27,24 +27,25 @@ and shapes (spec legacy-nn.md 3.17), but take ``features`` as a field and
   the parameters broadcast over time (one set, at the same path).
 * Unnamed cells (legacy auto-names them on the shared counter) and any
   other form keep a TODO.
+
+Each case decides a plan (upgrade/plans.py: ``RecurrentCell``,
+``CellScan``, ``CellCarry``) that the emitter writes.
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors.usage import CELLS  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import jax_names
 
 # legacy apply hyper-parameters; linen's fields have the same names
 CELL_HYPER = ('gate_fn', 'activation_fn', 'kernel_init',
               'recurrent_kernel_init', 'bias_init')
+# the shipped cells the report names (the emitter writes them)
 SHIPPED = 'legacy_cells'
 SHIPPED_IMPORT = 'flaxlegacy.migrate.legacy_cells'
 SCANS = ('flax.jax_utils.scan_in_dim', 'jax.lax.scan')
-
-
-def _e(src):
-  return cst.parse_expression(src)
 
 
 def _cell(up, expr):
@@ -120,8 +121,8 @@ def leave_call(up, original, updated):
     return None
   cell = _cell_method(up, f, 'shared')
   if cell:
-    new = _construct(up, original, updated.args, cell, 'shared')
-    return updated if new is None else new
+    plan = _construct(up, original, updated.args, cell, 'shared')
+    return updated if plan is None else up.emit.recurrent_cell(plan)
   cell = _cell(up, f)
   if cell:
     args = list(updated.args)
@@ -131,20 +132,19 @@ def leave_call(up, original, updated):
       up.todo(original, f'nn.{cell} call form: (carry, inputs, **hyper) '
               'expected')
       return updated
-    ctor = _construct(up, original, rest, cell, 'call')
-    if ctor is None:
+    plan = _construct(up, original, rest, cell, 'call', tuple(inputs))
+    if plan is None:
       return updated
-    return cst.Call(func=ctor, args=cst_util.clean(
-        [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
-         for a in inputs]))
+    return up.emit.recurrent_cell(plan)
   scan = _scan_body(up, original)
   if scan is not None:
     return _scan(up, original, updated, *scan)
   return None
 
 
-def _construct(up, original, args, cell, how):
-  """``legacy_cells.<Cell>(name=..., **hyper)``, or None (and a TODO)."""
+def _construct(up, original, args, cell, how, inputs=None):
+  """The RecurrentCell plan (``legacy_cells.<Cell>(name=..., **hyper)``,
+  called on ``inputs`` where given), or None (and a TODO)."""
   args = list(args)
   kws = [a.keyword.value if a.keyword is not None else None for a in args]
   if any(a.star for a in args) or None in kws:
@@ -154,25 +154,24 @@ def _construct(up, original, args, cell, how):
   if bad:
     up.todo(original, f'nn.{cell}: arguments {bad} have no linen cell field')
     return None
+  name = None
   if 'name' not in kws and how in ('call', 'shared'):
     # the legacy auto-name from the class's plan (rules/name_plan.py counts
     # cells on the one counter); None: linen's own name is legacy's
-    name = up._auto_name(original, cell if how == 'call' else None, None)  # pylint: disable=protected-access
+    name = up._auto_name_plan(original, cell if how == 'call' else None, None)  # pylint: disable=protected-access
     if name is None and (how == 'shared' or up.dynamic):
       up.todo(original, f'unnamed nn.{cell}: cannot tell its legacy '
               'auto-name here; give it a name= and upgrade again')
       return None
-    if name is not None:
-      args.append(cst_util.arg(name, 'name'))
   elif 'name' not in kws:
     up.todo(original, f'unnamed nn.{cell}: legacy auto-names it on the '
             'shared counter; give it a name= and upgrade again')
     return None
-  up.ctx.needed_imports.add(SHIPPED_IMPORT)
   up.rewrote(original, 'recurrent', f'nn.{cell}.{how} -> {SHIPPED}.{cell} '
              '(hidden size from the carry)')
   up.ctx.report.rewritten[-1]['shipped'] = f'{SHIPPED_IMPORT}.{cell}'
-  return cst.Call(func=_e(f'{SHIPPED}.{cell}'), args=cst_util.clean(args))
+  return plans.RecurrentCell(cell=cell, hypers=tuple(args), name=name,
+                             inputs=inputs)
 
 
 def _initialize_carry(up, original, updated, cell):
@@ -182,13 +181,11 @@ def _initialize_carry(up, original, updated, cell):
     up.todo(original, f'nn.{cell}.initialize_carry(rng, batch_dims, size, '
             'init_fn) expected')
     return updated
-  ctor_args = [cst.Arg(value=bound['size'].value),
-               cst_util.arg(_e('None'), 'parent')]
-  zeros = True
+  init = None
   if 'init_fn' in bound:
-    init = obound['init_fn'].value
+    oinit = obound['init_fn'].value
     attr = cst_util.legacy_attr(
-        init.func if isinstance(init, cst.Call) else init,
+        oinit.func if isinstance(oinit, cst.Call) else oinit,
         up.ctx.facts.nn_prefixes)
     if attr is None or not attr.startswith('initializers.'):
       up.todo(original, f'nn.{cell}.initialize_carry with an init_fn that is '
@@ -196,34 +193,19 @@ def _initialize_carry(up, original, updated, cell):
               'shape, dtype)')
       return updated
     if attr != 'initializers.zeros':
-      zeros = False
-      ctor_args.append(cst_util.arg(bound['init_fn'].value, 'carry_init'))
+      init = bound['init_fn'].value
   rng = bound['rng'].value
   orng = obound['rng'].value
-  if (zeros and _in_module(up) and isinstance(orng, cst.Call)
+  if (init is None and _in_module(up) and isinstance(orng, cst.Call)
       and not orng.args and cst_util.legacy_attr(
           orng.func, up.ctx.facts.nn_prefixes) == 'make_rng'):
-    rng = _e('jax.random.PRNGKey(0)')
-    up.ctx.needed_imports.add('jax')
-  dims = bound['batch_dims'].value
-  size = bound['size'].value
-  if isinstance(dims, cst.Tuple) and not any(
-      isinstance(e, cst.StarredElement) for e in dims.elements):
-    elements = [e.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                for e in dims.elements] + [cst.Element(value=size)]
-    shape = cst.Tuple(elements=cst_util.clean(elements))
-  else:
-    shape = cst.BinaryOperation(
-        left=cst.Call(func=cst.Name('tuple'), args=[cst.Arg(value=dims)]),
-        operator=cst.Add(),
-        right=cst.Tuple(elements=[cst.Element(
-            value=size, comma=cst.Comma())]))
-  ctor = cst.Call(func=updated.func.value, args=cst_util.clean(ctor_args))
+    rng = None  # a fixed key: the zeros carry does not depend on it
   up.rewrote(original, 'recurrent', f'nn.{cell}.initialize_carry -> linen '
              'initialize_carry')
-  return cst.Call(func=cst.Attribute(value=ctor,
-                                     attr=cst.Name('initialize_carry')),
-                  args=cst_util.clean([cst.Arg(value=rng), cst.Arg(value=shape)]))
+  return up.emit.cell_carry(plans.CellCarry(
+      cell_expr=updated.func.value, rng=rng,
+      batch_dims=bound['batch_dims'].value, size=bound['size'].value,
+      init=init))
 
 
 def _scan(up, original, updated, cell, partial):
@@ -253,16 +235,14 @@ def _scan(up, original, updated, cell, partial):
       and bound['keepdims'].value.value == 'False'):
     up.todo(original, f'{q} with keepdims')
     return updated
-  ctor = _construct(up, original, updated.args[0].value.args, cell, 'partial')
-  if ctor is None:
+  plan = _construct(up, original, updated.args[0].value.args, cell,
+                    'partial')
+  if plan is None:
     return updated
-  prefix = up._prefix()  # pylint: disable=protected-access
-  axes = f', in_axes={axis}, out_axes={axis}' if axis else ''
-  lifted = _e(f"{prefix}.scan({SHIPPED}.{cell}, variable_broadcast='params', "
-              f"split_rngs={{'params': False}}{axes})")
-  up.rewrote(original, 'recurrent', f'{q} over nn.{cell} -> {prefix}.scan')
-  return cst.Call(func=ctor.with_changes(func=lifted), args=cst_util.clean(
-      [cst.Arg(value=bound['init'].value), cst.Arg(value=bound['xs'].value)]))
+  up.rewrote(original, 'recurrent',
+             f'{q} over nn.{cell} -> {up._prefix()}.scan')  # pylint: disable=protected-access
+  return up.emit.cell_scan(plans.CellScan(
+      cell=plan, init=bound['init'].value, xs=bound['xs'].value, axis=axis))
 
 
 # for the auto-name plan (rules/name_plan.py)

@@ -17,7 +17,8 @@ default's (``max_len`` a field) is not the other's (``max_len`` a
 ``__call__`` argument).  Where the codebase's values of the parameter
 (flow.py, through ``.partial`` keywords, ``**kwargs`` dicts, test cases)
 are module classes the upgrade converts, of different parameters, the call
-becomes ``_legacy_module_call(self.pos_module, x, max_len=..., name=...)``:
+becomes ``_legacy_module_call(self.pos_module, x, max_len=..., name=...)``
+(a ``RuntimeSubmoduleCall`` plan the emitter writes):
 a small function written into the upgraded file (plain linen) that splits
 the keywords by the dataclass fields of the class the field holds at run
 time, constructs the submodule inside the calling module (so it is bound as
@@ -28,31 +29,9 @@ TODO), and only where no value is a legacy layer (linen's layers rename
 some legacy keywords: a TODO).
 """
 
-import libcst as cst
-
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules import _shared
-
-HELPER = '_legacy_module_call'
-HELPER_SRC = '''
-
-# Written by flaxlegacy upgrade: a submodule whose class is known only at
-# run time (a hyper-parameter holding classes of different fields).
-def _legacy_module_call(module_class, /, *inputs, **kwargs):
-  """Constructs ``module_class`` with the keywords that are its dataclass
-  fields (``name`` included) and calls it on ``inputs`` with the rest, as
-  the legacy module took all of them at the call."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
-  import functools  # pylint: disable=g-import-not-at-top
-  cls = module_class
-  while isinstance(cls, functools.partial):
-    cls = cls.func
-  fields = {f.name for f in dataclasses.fields(cls) if f.init} - {'parent'}
-  ctor = {k: v for k, v in kwargs.items() if k in fields}
-  call = {k: v for k, v in kwargs.items() if k not in fields}
-  return module_class(**ctor)(*inputs, **call)
-'''
-
 
 def _signature(info):
   return (tuple(info.params), tuple(info.fields), tuple(info.call),
@@ -90,8 +69,9 @@ def check(codebase, values, ref):
 
 
 def call(up, original, updated, ref, auto_name):
-  """The rewritten call (``_legacy_module_call(...)``), or ``updated``
-  after a TODO."""
+  """The rewritten call (a RuntimeSubmoduleCall plan, written by the
+  emitter: ``_legacy_module_call(...)``), or ``updated`` after a TODO;
+  ``auto_name()``: the AutoName plan of the call, or None."""
   args = list(updated.args)
   positional = [a for a in args if a.keyword is None]
   if any(a.star for a in args) or len(positional) != 1 or (
@@ -105,19 +85,14 @@ def call(up, original, updated, ref, auto_name):
             'time): rewrite its calls by hand')
     return updated
   kwargs = [a for a in args if a.keyword is not None]
+  name = None
   if not any(a.keyword.value == 'name' for a in kwargs):
     name = auto_name()
     if name is None:
       up.todo(original, 'cannot tell the legacy auto-name')
       return updated
-    kwargs.append(cst.Arg(value=name, keyword=cst.Name('name'),
-                          equal=cst.AssignEqual(
-                              whitespace_before=cst.SimpleWhitespace(''),
-                              whitespace_after=cst.SimpleWhitespace(''))))
-  up.ctx.needed_defs[HELPER] = HELPER_SRC
   up.rewrote(original, 'runtime_modules', 'call of a parameter holding '
              'module classes of different fields -> split at run time')
-  new = [cst.Arg(value=updated.func)] + [
-      a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-      for a in [positional[0]] + kwargs]
-  return cst.Call(func=cst.Name(HELPER), args=new)
+  return up.emit.runtime_submodule_call(plans.RuntimeSubmoduleCall(
+      module=updated.func, input=positional[0], keywords=tuple(kwargs),
+      name=name))

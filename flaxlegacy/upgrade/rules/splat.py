@@ -15,8 +15,8 @@ one dict field, so the split has to happen where the keys are known:
   passed explicitly), it all goes to the callee's catch-all;
 * **otherwise, at run time**: the call reads
   ``**_legacy_kwargs(d, <the class's field names>, <catch-all>, ...)``,
-  a small function written once into the upgraded file (plain Python,
-  nothing imported) that returns the fields among the keys and the rest as
+  a small function the emitter writes once into the upgraded file (plain
+  Python, nothing imported; the rule decides a ``SplitKwargs`` plan) that returns the fields among the keys and the rest as
   the catch-all dict; the keys that are ``__call__`` parameters go to the
   call the same way.  Where ``d`` would be evaluated twice and is not a
   plain name or attribute (a call, a subscript), or several dicts are
@@ -29,37 +29,7 @@ run time, as legacy did.
 
 import libcst as cst
 
-HELPER = '_legacy_kwargs'
-HELPER_SRC = '''\
-def _legacy_kwargs(kwargs, names, catch_all=None, extra=None, elsewhere=None):
-  """Keyword arguments of a legacy module call, split for its linen class.
-
-  Returns the entries of ``kwargs`` named in ``names``.  With
-  ``catch_all`` (the legacy ``**`` parameter, now a dict field), every
-  other entry not named in ``elsewhere`` goes, with those of ``extra``,
-  into one dict under that key.  Without it, ``elsewhere`` set (the
-  class's call parameters), any other entry is an unexpected argument,
-  as it was for the legacy module's apply.
-  """
-  out = {k: v for k, v in kwargs.items() if k in names}
-  rest = dict(extra or {})
-  for k, v in kwargs.items():
-    if k in names or elsewhere is None or k in elsewhere:
-      continue
-    if catch_all is None:
-      raise TypeError(f'unexpected keyword argument {k!r}')
-    if k in rest:
-      raise TypeError(f'got multiple values for keyword argument {k!r}')
-    rest[k] = v
-  if catch_all is not None:
-    out[catch_all] = rest
-  return out
-'''
-
-
-def _src(node):
-  return cst.Module([]).code_for_node(node)
-
+from flaxlegacy.upgrade import plans
 
 def is_pure(node):
   """A plain name or attribute chain: evaluating it twice is harmless."""
@@ -98,36 +68,20 @@ def forwarded_whole(caller, callee, value, given):
   return set(callee.params) - set(given) <= own
 
 
-def _tuple(names):
-  names = list(names)
-  if len(names) == 1:
-    return f'({names[0]!r},)'
-  return '(' + ', '.join(repr(n) for n in names) + ')'
-
-
-def runtime_split(up, info, value, extra_items, code_of):
+def runtime_split(up, info, value, extra_items):
   """The (constructor argument, call argument or None) expressions that
-  split ``**value`` for ``info``'s linen class at run time, or
-  (None, why) when that cannot be done here."""
-  names = list(info.fields) + ['name']
-  src = _src(value)
+  split ``**value`` for ``info``'s class at run time (SplitKwargs plans,
+  written by ``up``'s emitter), or (None, why) when that cannot be done
+  here."""
   if not is_pure(value) and len(info.call) > 1:
     return None, ('a dict splatted into a module with call parameters: '
                   'its keys are not known here and it cannot be read twice')
-  extra = None
-  if extra_items:
-    extra = '{' + ', '.join(f'{k!r}: {code_of(v)}'
-                            for k, v in extra_items) + '}'
-  args = [src, _tuple(names)]
-  kw = []
-  if info.var_kw:
-    args.append(repr(info.var_kw))
-    if extra:
-      args.append(extra)
-  kw.append(f'elsewhere={_tuple(info.call)}')
-  up.ctx.needed_defs[HELPER] = HELPER_SRC
-  ctor = cst.parse_expression(f'{HELPER}({", ".join(args + kw)})')
+  ctor = up.emit.split_kwargs(plans.SplitKwargs(
+      value=value, names=tuple(info.fields) + ('name',),
+      catch_all=info.var_kw or None, extra=tuple(extra_items),
+      elsewhere=tuple(info.call)))
   call = None
   if len(info.call) > 1:
-    call = cst.parse_expression(f'{HELPER}({src}, {_tuple(info.call)})')
+    call = up.emit.split_kwargs(plans.SplitKwargs(
+        value=value, names=tuple(info.call)))
   return (ctor, call), None

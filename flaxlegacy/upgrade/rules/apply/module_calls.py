@@ -68,7 +68,7 @@ class ModuleCallRules:
       return called_layers.call(self, original, updated, ref)
     if ref.kind == 'class' and ref.extra == 'runtime':
       return runtime_modules.call(
-          self, original, updated, ref, lambda: self._auto_name(
+          self, original, updated, ref, lambda: self._auto_name_plan(
               original, None, cst.Module([]).code_for_node(updated.func)))
     args = list(updated.args)
     if any(a.star for a in args if a.star == '*'):
@@ -216,14 +216,13 @@ class ModuleCallRules:
         and splat.forwarded_whole(caller, info, legacy_value, given)):
       value = arg.value
       if var_kw:
-        items = ', '.join(f'{k!r}: {self.ctx.code_of(a.value)}'
-                          for k, a in var_kw.items())
-        value = cst_util.expr(f'{{**{self.ctx.code_of(value)}, {items}}}')
+        # the call's other keywords join it
+        value = self.emit.catch_all_dict(plans.CatchAllDict(
+            items=tuple((k, a.value) for k, a in var_kw.items()), base=value))
       self.rewrote(original, 'splat', f'**{info.var_kw} forwarded whole')
       return cst_util.arg(value, info.var_kw), None
     split, why = splat.runtime_split(
-        self, info, arg.value, [(k, a.value) for k, a in var_kw.items()],
-        self.ctx.code_of)
+        self, info, arg.value, [(k, a.value) for k, a in var_kw.items()])
     if split is None:
       self.todo(original, why)
       return None

@@ -16,7 +16,8 @@ A mixin of ``programs.ProgramRewriter``: the ``with`` hooks keep the stacks
 collection, runtime]``) and ``self._stochastic`` that the model calls
 (models.py) and inits (lifecycle.py) read.  A case decides a plan
 (plans.ModelApplyAssign: a model call assigned, its written collection
-threaded to the block's target; StochasticScope, ProgramRng,
+threaded to the block's target; ThreadedBlock, the block whose scopes
+were threaded, its body kept; StochasticScope, ProgramRng,
 CollectionDict) that the pass's emitter writes; the TODOs and report
 lines stay here."""
 
@@ -89,13 +90,9 @@ class CollectionRules:
                 'inside that the upgrade could thread the state through')
       return updated_node
     self.note(original_node, 'nn.stateful -> apply arguments')
-    if items:
-      return updated_node.with_changes(items=cst_util.clean(items))
-    body = list(updated_node.body.body)
-    if body:
-      body[0] = body[0].with_changes(leading_lines=list(
-          updated_node.leading_lines) + list(body[0].leading_lines))
-    return cst.FlattenSentinel(body)
+    # the scopes go (threaded), the body stays
+    return self.emit.threaded_block(plans.ThreadedBlock(
+        updated_node, tuple(items)))
 
   def _stateful_assign(self, orig, stmt, line):
     ov = orig.value
