@@ -115,7 +115,7 @@ def check(codebase, values):
   usable = flow_lib.usable(values, None, getattr(codebase, 'flow', None))
   layers, infos, funcs = [], [], False
   for v in sorted(usable, key=repr):
-    if v[0] == 'func':
+    if v[0] in ('func', 'function'):
       funcs = True
     elif v[0] == 'layer':
       layer = layer_table.LAYERS.get(v[1])
