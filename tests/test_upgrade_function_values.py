@@ -102,6 +102,22 @@ class Net(nn.Module):
     if kind == 'halve':
       return FieldBlock(x, norm=halve)
     return FieldBlock(x, norm=lambda x, **k: x)
+
+
+class LambdaDefault(nn.Module):
+
+  def apply(self, x, act=lambda y, **k: y):
+    y = nn.Dense(x, 4, kernel_init=waves)
+    return act(y)
+
+
+class Net2(nn.Module):
+
+  def apply(self, x, dense=False):
+    if dense:
+      return LambdaDefault(x, act=nn.Dense.partial(features=2,
+                                                   kernel_init=waves))
+    return LambdaDefault(x)
 '''
 
 RUN = '''
@@ -118,6 +134,7 @@ models = {}
 for bn in (True, False):
   models[f'block/{bn}'] = block.Block.partial(bn=bn)
   models[f'helper/{bn}'] = block.HelperBlock.partial(bn=bn)
+  models[f'default/{bn}'] = block.Net2.partial(dense=bn)
 for kind in ('scale', 'shift', 'halve', 'lambda'):
   models[f'field/{kind}'] = block.Net.partial(kind=kind)
 for k, m in models.items():
@@ -149,6 +166,9 @@ def test_layer_or_function_is_called_at_run_time():
   assert 'return _legacy_layer_call(self.norm, (), legacy_autoname, y)' in (
       new)
   assert '_legacy_module_call' not in new, new
+  # a hyper-parameter whose default is a lambda, given a layer
+  assert 'return _legacy_layer_call(self.act, (), legacy_autoname, y)' in (
+      new)
 
 
 def test_layer_or_function_gives_the_legacy_numbers(tmp_path):
@@ -162,6 +182,7 @@ def test_layer_or_function_gives_the_legacy_numbers(tmp_path):
   upgraded = upgrade_run.run_json(out, run, off=True)
   assert set(legacy) == set(upgraded) == {
       'block/True', 'block/False', 'helper/True', 'helper/False',
+      'default/True', 'default/False',
       'field/scale', 'field/shift', 'field/halve', 'field/lambda'}
   for k, a in legacy.items():
     b = upgraded[k]
@@ -182,6 +203,8 @@ def test_layer_or_function_gives_the_legacy_numbers(tmp_path):
       'paths']
   assert "['FieldBlock_0']['Dense_1']['kernel']" in legacy['field/halve'][
       'paths']
+  assert "['LambdaDefault_0']['Dense_1']['kernel']" in legacy[
+      'default/True']['paths']
   assert len({str(v) for v in legacy.values()}) == len(legacy)
 
 
