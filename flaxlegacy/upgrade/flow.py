@@ -22,6 +22,10 @@ codebase, the set of abstract values it can hold:
   literal in the source, so the sets stay small;
 * ``('none',)``, ``('other',)`` -- None; a value known not to be legacy
   (a number, a string, a function of a library);
+* ``('function',)`` -- a lambda, a Python builtin: not legacy, but called
+  where a legacy module could be, it takes the call as written (rules/
+  called_layers.py), so ``flow.usable`` keeps it there, as it does a
+  ``func`` (``other`` it drops);
 * ``('unknown',)`` -- anything the source does not tell (an argument from
   outside the codebase, a value computed at run time, a gin binding).
 
@@ -103,6 +107,7 @@ from flaxlegacy.upgrade.flow_facts.shared import GIN_BIND  # pylint: disable=g-i
 from flaxlegacy.upgrade.flow_facts.shared import GIN_REGISTER  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.flow_facts.shared import GIN_RESULTS  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.flow_facts.shared import JAX_WRAPPERS  # pylint: disable=g-importing-member,unused-import
+from flaxlegacy.upgrade.flow_facts.shared import FUNCTION  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.flow_facts.shared import MAX_ROUNDS  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.flow_facts.shared import MODULE_ATTRS  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.flow_facts.shared import MODULE_KINDS  # pylint: disable=g-importing-member,unused-import

@@ -14,6 +14,7 @@ from flaxlegacy.upgrade.flow_facts.shared import EXT_INSTANCES  # pylint: disabl
 from flaxlegacy.upgrade.flow_facts.shared import GINVAL  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.flow_facts.shared import GIN_RESULTS  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.flow_facts.shared import JAX_WRAPPERS  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.flow_facts.shared import FUNCTION  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.flow_facts.shared import NONE  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.flow_facts.shared import NOT_OPTIMIZER_DEFS  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.flow_facts.shared import OPTIMIZER_METHODS  # pylint: disable=g-importing-member
@@ -53,7 +54,7 @@ class ExpressionFacts:
         return set(self.values.get(slot, set()))
       slot = self._name_slot(rel, qual, expr.value)
       if slot is None:
-        return {OTHER} if expr.value in shared.BUILTINS else {UNKNOWN}
+        return {FUNCTION} if expr.value in shared.BUILTINS else {UNKNOWN}
       return set(self.values.get(slot, set()))
     if isinstance(expr, cst.Attribute):
       f = self._module_files.get(rel)
@@ -165,9 +166,11 @@ class ExpressionFacts:
               | self.expr_values(rel, qual, expr.right))
     if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary,
                          cst.SimpleString, cst.ConcatenatedString,
-                         cst.FormattedString, cst.Lambda, cst.Comparison,
+                         cst.FormattedString, cst.Comparison,
                          cst.BinaryOperation, cst.UnaryOperation)):
       return {OTHER}
+    if isinstance(expr, cst.Lambda):
+      return {FUNCTION}
     return {UNKNOWN}
 
   def _legacy_value(self, attr):

@@ -13,7 +13,8 @@ def usable(values, attr=None, flow=None):
   """The values among ``values`` that a working legacy program can have
   where the expression is used as a legacy module: ``X.attr(...)`` (attr
   one of MODULE_ATTRS) or called (attr None).  A gin literal, a literal,
-  None cannot be either; a function or a plain class of the codebase has
+  None cannot be either; a function (a def, a lambda, a builtin: called,
+  it is kept, for it takes the call) or a plain class of the codebase has
   no legacy module attribute (the program would fail there, so no run
   that works brings them).  What is left is what the use can hold."""
   out = set()
@@ -21,7 +22,7 @@ def usable(values, attr=None, flow=None):
     if v in (OTHER, NONE, GINVAL):
       continue
     if attr in MODULE_ATTRS and v[0] in ('func', 'wrapped', 'boundmethod',
-                                         'none'):
+                                         'none', 'function'):
       continue
     if (attr in MODULE_ATTRS and v[0] in ('cls', 'instance')
         and flow is not None and not flow.may_have(v[1], v[2], attr)):

@@ -23,6 +23,9 @@ OPTIMIZER_METHODS = frozenset(('create', 'apply_gradient', 'replicate',
                                'unreplicate', 'optimize'))
 NONE = ('none',)
 OTHER = ('other',)
+# a function the facts do not follow: a lambda, a Python builtin; called
+# where a legacy module could be, it takes the call as written
+FUNCTION = ('function',)
 # a value a gin binding gives: a literal (number, string, list, dict, None)
 # or an unevaluated reference; never a legacy module or optimizer
 GINVAL = ('ginval',)

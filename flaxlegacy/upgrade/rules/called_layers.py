@@ -56,6 +56,9 @@ from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade.rules import _shared
 
 EXTRA = 'mixed'  # Ref('class', Values, EXTRA)
+# the values (flow.py) that a call takes as written: a def of the codebase,
+# a lambda or a builtin
+FUNCTION_KINDS = ('func', 'function')
 HELPER = '_legacy_layer_call'
 HELPER_SRC = '''
 
@@ -115,7 +118,7 @@ def check(codebase, values):
   usable = flow_lib.usable(values, None, getattr(codebase, 'flow', None))
   layers, infos, funcs = [], [], False
   for v in sorted(usable, key=repr):
-    if v[0] == 'func':
+    if v[0] in FUNCTION_KINDS:
       funcs = True
     elif v[0] == 'layer':
       layer = layer_table.LAYERS.get(v[1])
@@ -139,6 +142,24 @@ def check(codebase, values):
   if not layers and not infos:
     return None, None
   return _shared.Ref('class', Values(layers, infos, funcs), EXTRA), None
+
+
+def with_functions(codebase, values):
+  """For a hyper-parameter whose default is a module class: where the
+  values the codebase gives it hold a function (a def, a lambda, a
+  builtin) next to module classes, no split by the classes serves the
+  function (it takes the call as written): ``check``'s answer, a why where
+  it has none.  (None, None) where no function is among them."""
+  usable = flow_lib.usable(values or (), None,
+                           getattr(codebase, 'flow', None))
+  if not any(v[0] in FUNCTION_KINDS for v in usable) or not any(
+      v[0] in ('class', 'layer') for v in usable):
+    return None, None
+  ref, why = check(codebase, values)
+  if ref is None and not why:
+    why = ('it holds module classes and functions, and values the upgrade '
+           'does not know')
+  return ref, why
 
 
 def _positional_names(values, count):

@@ -104,10 +104,16 @@ class Resolver:
           and self.use is None and self.flow_ok
           and hasattr(self.up, 'flow_values')):
         # the classes the codebase gives it (flow.py) may split their
-        # keywords otherwise than its default does: split at run time
-        ref2, why2 = runtime_modules.check(self.up.ctx.codebase,
-                                           self.up.flow_values(expr), ref)
-        if ref2 is not None and ref2.extra == 'runtime':
+        # keywords otherwise than its default does: split at run time (a
+        # function among them takes the call as written: called_layers.py)
+        values = self.up.flow_values(expr)
+        ref2, why2 = called_layers.with_functions(self.up.ctx.codebase,
+                                                  values)
+        if ref2 is None and not why2:
+          ref2, why2 = runtime_modules.check(self.up.ctx.codebase, values,
+                                             ref)
+        if ref2 is not None and ref2.extra in ('runtime',
+                                               called_layers.EXTRA):
           ref, why = ref2, None
         elif why2:
           ref, why = None, f'{expr.value!r}: {why2}'
