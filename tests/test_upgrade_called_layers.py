@@ -198,11 +198,11 @@ def test_helper_splits_by_the_class_it_holds():
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import linen  # pylint: disable=g-import-not-at-top
   from flaxlegacy.migrate import upgraded  # pylint: disable=g-import-not-at-top
-  from flaxlegacy.upgrade.rules import called_layers  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade.emit import linen as linen_emit  # pylint: disable=g-import-not-at-top
 
   scope = {}
-  exec(called_layers.HELPER_SRC, scope)  # pylint: disable=exec-used
-  call = scope[called_layers.HELPER]
+  exec(linen_emit.LAYER_CALL_HELPER_SRC, scope)  # pylint: disable=exec-used
+  call = scope[linen_emit.LAYER_CALL_HELPER]
 
   class Shift(linen.Module):
     features: int = 2

@@ -45,7 +45,9 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                # subclasses (rules/subclasses.py)
                'layer_base', 'plain_module_base',
                # drivers (rules/drivers.py)
-               'driven_lifecycle')
+               'driven_lifecycle',
+               # a value of layers / classes / functions called legacy-style
+               'runtime_layer_call')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -1290,4 +1292,43 @@ def test_drivers_are_plans(monkeypatch):
           '**self.kwargs}).call(params, *args)') in plain
   marked, log = _upgrade(monkeypatch, DRIVER, marker=True)
   assert '_LegacyModule(' not in marked.split('class Masked')[1]
+  assert _put_back(marked, log) == plain
+
+
+LAYER_CALLS = '''\
+from flax import nn
+
+
+def get_norm(kind, train):
+  if kind == 'bn':
+    return nn.BatchNorm.partial(use_running_average=not train)
+  return lambda x, **kwargs: x
+
+
+class Block(nn.Module):
+
+  def apply(self, x, features, train=True, kind='bn'):
+    norm = get_norm(kind, train)
+    y = norm(x, name='norm1')
+    conv = nn.Conv.partial(bias=False) if kind == 'bn' else nn.Dense
+    return norm(conv(y, features, kernel_size=(3, 3)))
+'''
+
+
+def test_runtime_layer_call_is_a_plan(monkeypatch):
+  plain, _ = api.upgrade_source(LAYER_CALLS)
+  new, log = _upgrade(monkeypatch, LAYER_CALLS, marker=False)
+  assert new == plain
+  calls = _plans(log, 'runtime_layer_call')
+  assert calls and all(isinstance(c, plans.RuntimeLayerCall) for c in calls)
+  named = [c for c in calls if c.counter is None]
+  counted = [c for c in calls if c.counter is not None]
+  # norm(x, name='norm1'): the call's own name, no counter
+  assert [_code(c.callee) for c in named] == ['norm']
+  assert [a.keyword.value for a in named[0].args if a.keyword] == ['name']
+  # the others take the body's legacy auto-name counter
+  assert counted and all(c.positional == () or c.positional == ('features',)
+                         for c in counted)
+  marked, log = _upgrade(monkeypatch, LAYER_CALLS, marker=True)
+  assert '_legacy_layer_call(' not in marked.split('class Block')[1]
   assert _put_back(marked, log) == plain

@@ -940,3 +940,25 @@ class ThreadedBlock:
   the block; none: the body runs in the enclosing block."""
   block: Any
   kept: Tuple[Any, ...] = ()
+
+
+# -- a value holding layers, module classes or functions, called
+# legacy-style (rules/called_layers.py) --
+
+
+@_plan
+class RuntimeLayerCall:
+  """A call, legacy-style (the input first, hyper-parameters by position
+  or keyword), of a value that holds legacy layers, module classes or
+  plain functions, which one known only when the code runs: a module
+  class is constructed with the keywords that are its fields and called
+  on the inputs with the rest; a function takes the call as written.
+  ``callee``: the value as rewritten; ``positional``: the names of the
+  hyper-parameters passed by position after the inputs (every possible
+  class names them alike); ``counter``: the body's legacy auto-name
+  counter, or None where the call gives its ``name=``; ``args``: the
+  call's arguments as rewritten so far."""
+  callee: Any
+  positional: Tuple[str, ...]
+  counter: Optional[str]
+  args: Tuple[Any, ...]

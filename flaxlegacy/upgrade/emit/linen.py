@@ -689,6 +689,19 @@ class LinenEmitter:
     return cst.parse_expression(
         f'{DRIVER_HELPER}({code(plan.module)}, {kwargs}).{plan.op}({rest})')
 
+  # -- a value holding layers, module classes or functions (rules/called_layers.py) --
+  def runtime_layer_call(self, plan):
+    """RuntimeLayerCall -> ``_legacy_layer_call(value, ('features', ...),
+    counter, x, ...)``, the helper written once into the file (plain
+    linen: the split by the class the value holds when it runs)."""
+    self._ctx.needed_defs[LAYER_CALL_HELPER] = LAYER_CALL_HELPER_SRC
+    args = [cst.Arg(value=plan.callee),
+            cst.Arg(value=cst_util.expr(repr(tuple(plan.positional)))),
+            cst.Arg(value=cst.Name(plan.counter or 'None'))]
+    args += [a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+             for a in plan.args]
+    return cst.Call(func=cst.Name(LAYER_CALL_HELPER), args=args)
+
 
 # flaxlegacy's partial of a module class known only when the code runs
 # (plans.PartialModule ``runtime``)
@@ -753,6 +766,40 @@ def _legacy_module_call(module_class, /, *inputs, **kwargs):
   ctor = {k: v for k, v in kwargs.items() if k in fields}
   call = {k: v for k, v in kwargs.items() if k not in fields}
   return module_class(**ctor)(*inputs, **call)
+'''
+
+
+# the call of a value holding layers, module classes or functions
+# (plans.RuntimeLayerCall), written once into an upgraded file
+LAYER_CALL_HELPER = '_legacy_layer_call'
+LAYER_CALL_HELPER_SRC = '''
+
+# Written by flaxlegacy upgrade: a legacy module argument called as legacy
+# called it, whose value (a linen module class, a partial of one, or a plain
+# function) is known only at run time.
+def _legacy_layer_call(layer, positional, autoname, /, *args, **kwargs):
+  """Calls ``layer`` as the legacy code did: a linen module class (or a
+  partial of one) is constructed with the keywords that are its dataclass
+  fields (the hyper-parameters passed by position named by
+  ``positional``; ``name`` the given one, else ``<Class>_<n>`` from
+  ``autoname``) and called on the inputs with the rest; anything else is
+  called with the arguments as they are."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import flax.linen  # pylint: disable=g-import-not-at-top
+  cls = layer
+  while not isinstance(cls, type) and hasattr(cls, 'func'):
+    cls = cls.func
+  if not (isinstance(cls, type) and issubclass(cls, flax.linen.Module)):
+    return layer(*args, **kwargs)
+  n = len(args) - len(positional)
+  kwargs = {**dict(zip(positional, args[n:])), **kwargs}
+  if 'name' not in kwargs:
+    kwargs['name'] = f'{cls.__name__}_{next(autoname)}'
+  fields = {f.name for f in dataclasses.fields(cls) if f.init} - {'parent'}
+  ctor = {k: v for k, v in kwargs.items() if k in fields}
+  call = {**getattr(layer, 'call_kwargs', {}),
+          **{k: v for k, v in kwargs.items() if k not in fields}}
+  return layer(**ctor)(*args[:n], **call)
 '''
 
 

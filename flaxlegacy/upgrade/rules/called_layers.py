@@ -48,47 +48,18 @@ on the class), ``*args`` / ``**kwargs``, positions the classes name
 differently.
 """
 
-import libcst as cst
 
-from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules import _shared
 
 EXTRA = 'mixed'  # Ref('class', Values, EXTRA)
 # the values (flow.py) that a call takes as written: a def of the codebase,
 # a lambda or a builtin
 FUNCTION_KINDS = ('func', 'function')
+# the helper the emitter writes (its report entry is this rule's)
 HELPER = '_legacy_layer_call'
-HELPER_SRC = '''
-
-# Written by flaxlegacy upgrade: a legacy module argument called as legacy
-# called it, whose value (a linen module class, a partial of one, or a plain
-# function) is known only at run time.
-def _legacy_layer_call(layer, positional, autoname, /, *args, **kwargs):
-  """Calls ``layer`` as the legacy code did: a linen module class (or a
-  partial of one) is constructed with the keywords that are its dataclass
-  fields (the hyper-parameters passed by position named by
-  ``positional``; ``name`` the given one, else ``<Class>_<n>`` from
-  ``autoname``) and called on the inputs with the rest; anything else is
-  called with the arguments as they are."""
-  import dataclasses  # pylint: disable=g-import-not-at-top
-  import flax.linen  # pylint: disable=g-import-not-at-top
-  cls = layer
-  while not isinstance(cls, type) and hasattr(cls, 'func'):
-    cls = cls.func
-  if not (isinstance(cls, type) and issubclass(cls, flax.linen.Module)):
-    return layer(*args, **kwargs)
-  n = len(args) - len(positional)
-  kwargs = {**dict(zip(positional, args[n:])), **kwargs}
-  if 'name' not in kwargs:
-    kwargs['name'] = f'{cls.__name__}_{next(autoname)}'
-  fields = {f.name for f in dataclasses.fields(cls) if f.init} - {'parent'}
-  ctor = {k: v for k, v in kwargs.items() if k in fields}
-  call = {**getattr(layer, 'call_kwargs', {}),
-          **{k: v for k, v in kwargs.items() if k not in fields}}
-  return layer(**ctor)(*args[:n], **call)
-'''
 
 
 class Values:
@@ -232,18 +203,15 @@ def call(up, original, updated, ref):
             f'at run time: {why}: rewrite its calls by hand')
     return updated
   if 'name' in keys:
-    counter = cst.Name('None')
+    counter = None
   else:
     plan = up._auto_name_plan(original, None, 'cls')  # pylint: disable=protected-access
     if plan is None or plan.counter is None:
       up.todo(original, 'cannot tell the legacy auto-name')
       return updated
-    counter = cst.Name(plan.counter)
-  up.ctx.needed_defs[HELPER] = HELPER_SRC
+    counter = plan.counter
   up.rewrote(original, 'called_layers', 'call of a value holding legacy '
              'layers / modules / functions -> split at run time')
-  new = [cst.Arg(value=updated.func),
-         cst.Arg(value=cst_util.expr(repr(tuple(names)))),
-         cst.Arg(value=counter)]
-  new += [a.with_changes(comma=cst.MaybeSentinel.DEFAULT) for a in args]
-  return cst.Call(func=cst.Name(HELPER), args=new)
+  return up.emit.runtime_layer_call(plans.RuntimeLayerCall(
+      callee=updated.func, positional=tuple(names), counter=counter,
+      args=tuple(args)))
