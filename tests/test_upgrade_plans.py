@@ -47,7 +47,9 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                # drivers (rules/drivers.py)
                'driven_lifecycle',
                # a value of layers / classes / functions called legacy-style
-               'runtime_layer_call')
+               'runtime_layer_call',
+               # a partial of a user initializer of more than (key, shape)
+               'legacy_initializer')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
@@ -1331,4 +1333,37 @@ def test_runtime_layer_call_is_a_plan(monkeypatch):
                          for c in counted)
   marked, log = _upgrade(monkeypatch, LAYER_CALLS, marker=True)
   assert '_legacy_layer_call(' not in marked.split('class Block')[1]
+  assert _put_back(marked, log) == plain
+
+
+INIT_PARTIALS = '''\
+import functools
+
+import jax.numpy as jnp
+from flax import nn
+
+
+def constant_initializer(unused_key, shape, fill_value):
+  return jnp.full(shape, fill_value)
+
+
+class Head(nn.Module):
+
+  def apply(self, x):
+    return nn.Dense(x, 2, bias_init=functools.partial(constant_initializer,
+                                                      fill_value=0.5))
+'''
+
+
+def test_initializer_partial_is_a_plan(monkeypatch):
+  plain, _ = api.upgrade_source(INIT_PARTIALS)
+  assert 'upgraded_layers.legacy_initializer(functools.partial(' in plain
+  new, log = _upgrade(monkeypatch, INIT_PARTIALS, marker=False)
+  assert new == plain
+  (wrapped,) = _plans(log, 'legacy_initializer')
+  assert isinstance(wrapped, plans.LegacyInitializer)
+  assert _code(wrapped.partial).startswith(
+      'functools.partial(constant_initializer')
+  marked, log = _upgrade(monkeypatch, INIT_PARTIALS, marker=True)
+  assert 'legacy_initializer(' not in marked.split('class Head')[1]
   assert _put_back(marked, log) == plain

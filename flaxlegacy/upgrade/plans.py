@@ -962,3 +962,16 @@ class RuntimeLayerCall:
   positional: Tuple[str, ...]
   counter: Optional[str]
   args: Tuple[Any, ...]
+
+
+# -- a partial of a user initializer of more than (key, shape)
+# (rules/initializer_partials.py) --
+
+
+@_plan
+class LegacyInitializer:
+  """``functools.partial(init, k=v)`` of a codebase initializer whose
+  parameters after ``(key, shape)`` the partial binds: called as legacy
+  layers called initializers, ``(key, shape)``, whatever else the target's
+  layers pass.  ``partial``: the call as rewritten so far."""
+  partial: Any

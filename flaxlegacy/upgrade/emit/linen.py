@@ -702,6 +702,15 @@ class LinenEmitter:
              for a in plan.args]
     return cst.Call(func=cst.Name(LAYER_CALL_HELPER), args=args)
 
+  # -- a partial of a user initializer of more than (key, shape) --
+  def legacy_initializer(self, plan):
+    """LegacyInitializer -> ``upgraded_layers.legacy_initializer(partial)``
+    (flaxlegacy's wrapper: calls it with (key, shape), drops linen's
+    dtype)."""
+    self._ctx.needed_imports.add(INITIALIZER_MODULE)
+    return cst.Call(func=cst_util.expr(INITIALIZER_WRAPPER),
+                    args=[cst.Arg(value=plan.partial)])
+
 
 # flaxlegacy's partial of a module class known only when the code runs
 # (plans.PartialModule ``runtime``)
@@ -801,6 +810,11 @@ def _legacy_layer_call(layer, positional, autoname, /, *args, **kwargs):
           **{k: v for k, v in kwargs.items() if k not in fields}}
   return layer(**ctor)(*args[:n], **call)
 '''
+
+
+# flaxlegacy's wrapper of an initializer partial (plans.LegacyInitializer)
+INITIALIZER_MODULE = 'flaxlegacy.migrate.upgraded_layers'
+INITIALIZER_WRAPPER = 'upgraded_layers.legacy_initializer'
 
 
 # flaxlegacy's linen cells whose features the carry gives

@@ -7,7 +7,8 @@ handed to a layer as ``functools.partial(constant_initializer,
 fill_value=v)`` ran under legacy Flax; under linen the dtype lands on
 ``fill_value`` as well (``TypeError: got multiple values for argument``).
 Changing the definition would change its other callers, so the partial
-is wrapped: ``upgraded_layers.legacy_initializer(functools.partial(...))``
+is wrapped (a ``LegacyInitializer`` plan; the linen emitter writes
+``upgraded_layers.legacy_initializer(functools.partial(...))``), which
 calls it as legacy did, ``(key, shape)`` (rules/early_linen/
 initializers.py does the same for partials that bind ``dtype=``; a def
 of exactly ``(key, shape)`` gets ``dtype=None`` there instead).
@@ -27,8 +28,8 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 
-SHIPPED = 'flaxlegacy.migrate.upgraded_layers'
 _KEY = re.compile(r'(^|_)(rng|key|prng|rngs|prng_key|rng_key|seed)($|_)')
 
 
@@ -81,10 +82,9 @@ def leave_call(up, original_node, updated_node):
   fn = _initializer_def(up, f)
   if fn is None or not _needs_wrap(fn, original_node):
     return None
-  up.ctx.needed_imports.add(SHIPPED)
   up.rewrote(original_node, 'initializer_partial',
              f'functools.partial({up.ctx.code_of(f)}, ...): an initializer '
              'of more than (key, shape) -> upgraded_layers.legacy_initializer '
              '(linen passes a dtype as its third argument)')
-  return cst.Call(func=cst_util.expr('upgraded_layers.legacy_initializer'),
-                  args=[cst.Arg(value=updated_node)])
+  return up.emit.legacy_initializer(plans.LegacyInitializer(
+      partial=updated_node))
