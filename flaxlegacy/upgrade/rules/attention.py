@@ -46,12 +46,12 @@ import libcst as cst
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors.usage import ATTENTION  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.emit.linen import ATTENTION_MASK_HELPER  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention_cache
 
 # The legacy auto-name of both (SelfAttention is a partial class).
 TYPE_NAME = 'MultiHeadDotProductAttention'
-MASK_HELPER = 'flaxlegacy.migrate.upgraded_attention.legacy_attention_mask'
 
 # legacy MultiHeadDotProductAttention.apply parameters after inputs_q
 PARAMS = ('inputs_kv', 'num_heads', 'dtype', 'qkv_features', 'out_features',
@@ -246,7 +246,7 @@ def rewrite(up, original, updated, attr, guard=None):
     up.todo(original, DECODE_TODO)
   up.rewrote(original, 'attention', f'nn.{attr} -> linen '
              'MultiHeadDotProductAttention with the legacy mask')
-  up.ctx.report.rewritten[-1]['shipped'] = MASK_HELPER
+  up.ctx.report.rewritten[-1]['shipped'] = ATTENTION_MASK_HELPER
   return up.emit.attention(plans.Attention(
       call=updated, inputs_q=q, inputs_kv=kv,
       args=tuple(zip(keys, args)), given=tuple(bound), splat=splat,

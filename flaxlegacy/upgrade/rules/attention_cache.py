@@ -49,6 +49,7 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade.emit.linen import CACHE_ENTRY_HELPERS  # pylint: disable=g-importing-member
 
 # a legacy Cache built somewhere in the codebase
 _CACHE_BUILT = re.compile(
@@ -57,9 +58,6 @@ _CACHE_BUILT = re.compile(
 # a legacy nn.Collection of the codebase's own (other store/retrieve users)
 _COLLECTION_BUILT = re.compile(r'\bCollection\s*\(')
 
-# the helpers the report names (the emitter writes their calls)
-STORE_HELPER = 'flaxlegacy.migrate.upgraded_cache.legacy_cache_store'
-RETRIEVE_HELPER = 'flaxlegacy.migrate.upgraded_cache.legacy_cache_retrieve'
 COLLECTION = 'cache'
 
 
@@ -153,7 +151,7 @@ def module_call(up, original, updated):
   """The CacheEntry plan of a ``module_call_shape`` call (written by the
   emitter: ``legacy_cache_store(self, v)`` ...)."""
   op = original.func.attr.value
-  helper = STORE_HELPER if op == 'store' else RETRIEVE_HELPER
+  helper = CACHE_ENTRY_HELPERS[op]  # the report names the emitter's helper
   up.rewrote(original, 'attention_cache', f'cache.{op} -> the '
              "module's variable of linen's 'cache' collection")
   up.ctx.report.rewritten[-1]['shipped'] = helper

@@ -58,8 +58,6 @@ EXTRA = 'mixed'  # Ref('class', Values, EXTRA)
 # the values (flow.py) that a call takes as written: a def of the codebase,
 # a lambda or a builtin
 FUNCTION_KINDS = ('func', 'function')
-# the helper the emitter writes (its report entry is this rule's)
-HELPER = '_legacy_layer_call'
 
 
 class Values:
