@@ -778,12 +778,17 @@ class PartialModule:
   ``direct_layer``: ``module`` is the layer itself (the keywords the
   target needs for the legacy numbers are added); ``runtime``: X holds
   one of several module classes known only when the code runs, which
-  class deciding which keywords are fields."""
+  class deciding which keywords are fields; ``renamed_for``: the legacy
+  layers X may hold next to module classes, for which the keywords of
+  ``renames`` (legacy -> linen) take their linen spelling when the code
+  runs (the classes keep the legacy one)."""
   module: ModuleRef
   hypers: Tuple[Hyper, ...]
   layer: Any = None
   direct_layer: bool = False
   runtime: bool = False
+  renamed_for: Tuple[Any, ...] = ()
+  renames: Tuple[Tuple[str, str], ...] = ()
 
 
 @_plan

@@ -425,6 +425,22 @@ class LinenEmitter:
         args = add_layer_defaults(layer, args)
       args = [a.with_changes(value=renamed_kwargs(layer, a.value))
               if a.star == '**' else a for a in args]
+    if plan.renamed_for:
+      # the layers' linen classes: the keywords renamed where X is one
+      self._ctx.needed_defs[RENAMED_PARTIAL_HELPER] = (
+          RENAMED_PARTIAL_HELPER_SRC)
+      code = cst.Module([]).code_for_node
+      classes = [code(self.layer_base(plans.LayerBase(layer=layer)))
+                 for layer in plan.renamed_for]
+      layers = cst_util.expr('(' + ', '.join(classes) + (
+          ',)' if len(classes) == 1 else ')'))
+      table = cst_util.expr('{' + ', '.join(
+          f'{k!r}: {v!r}' for k, v in plan.renames) + '}')
+      return cst.Call(func=cst.Name(RENAMED_PARTIAL_HELPER),
+                      args=cst_util.clean_args(
+                          [cst_util.arg(self.module_expr(plan.module)),
+                           cst_util.arg(layers), cst_util.arg(table)]
+                          + args))
     if plan.runtime:
       self._ctx.needed_imports.add(PARTIAL_HELPER)
       func = PARTIAL_HELPER.rsplit('.', 1)[1]
@@ -752,6 +768,28 @@ def _legacy_kwargs(kwargs, names, catch_all=None, extra=None, elsewhere=None):
   if catch_all is not None:
     out[catch_all] = rest
   return out
+'''
+
+
+# X.partial(...) of a value holding linen layers or module classes
+# (plans.PartialModule ``renamed_for``), written once into an upgraded file
+RENAMED_PARTIAL_HELPER = '_legacy_partial'
+RENAMED_PARTIAL_HELPER_SRC = '''
+
+# Written by flaxlegacy upgrade: a legacy X.partial(...) of a value that
+# holds a linen layer (whose legacy keywords linen spells otherwise) or a
+# module class of this code, which one known only at run time.
+def _legacy_partial(module, layers, renames, /, **kwargs):
+  """``functools.partial(module, **kwargs)``, the keywords named in
+  ``renames`` given their linen spelling where ``module`` is one of the
+  linen ``layers`` (a subclass, or a partial of one)."""
+  import functools  # pylint: disable=g-import-not-at-top
+  cls = module
+  while not isinstance(cls, type) and hasattr(cls, 'func'):
+    cls = cls.func
+  if isinstance(cls, type) and issubclass(cls, layers):
+    kwargs = {renames.get(k, k): v for k, v in kwargs.items()}
+  return functools.partial(module, **kwargs)
 '''
 
 

@@ -106,6 +106,11 @@ class InstanceRules:
         if f.attr.value == 'partial':
           return partials.partial_call(self, original_node, updated_node, inner)
         return self._shared(original_node, updated_node, inner)
+      if inner is None and f.attr.value == 'partial':
+        # legacy layers and module classes (partials.mixed_partial)
+        new = partials.mixed_partial(self, original_node, updated_node)
+        if new is not None:
+          return new
       if f.attr.value == 'shared' and (
           (inner is not None and inner.kind == 'partial')
           or self._legacy_partial(f.value)):
