@@ -35,7 +35,8 @@ over several axes).
 
 import jax.numpy as jnp
 
-__all__ = ['legacy_attention_mask', 'legacy_attention_default']
+__all__ = ['legacy_attention_mask', 'legacy_attention_default',
+           'legacy_attention_fn']
 
 
 def _axes(attention_axis, ndim):
@@ -150,3 +151,37 @@ def legacy_attention_default(module, field, value, linen_class):
         f'from legacy Flax rewrote its call for the attention of its default '
         f'({default!r}) only; port this call by hand')
   return linen_class
+
+
+def legacy_attention_fn(fn):
+  """A legacy ``attention_fn`` as linen's ``attention_fn``.
+
+  Legacy attention called its ``attention_fn(query, key, value, dtype=,
+  axis=, bias=, precision=, dropout_rng=, dropout_rate=,
+  broadcast_dropout=, deterministic=)`` with the mask as an additive bias
+  (``0`` where attended, ``-1e10`` where masked, in the attention dtype)
+  and the attention axes; linen calls its ``attention_fn`` with the
+  boolean ``mask`` and no axes.  The function returned takes linen's
+  arguments and calls ``fn`` with legacy's: the bias built as legacy built
+  it, the axes legacy's default (every axis between the batch and the
+  heads), ``dtype`` legacy's default float32 where linen passes None.
+  """
+  def attention(query, key, value, mask=None, dropout_rng=None,
+                dropout_rate=0., broadcast_dropout=True, deterministic=False,
+                dtype=None, precision=None):
+    if dtype is None:
+      dtype = jnp.float32
+    bias = None
+    if mask is not None:
+      bias = jnp.where(mask, jnp.zeros((), dtype),
+                       jnp.full((), -1e10, dtype)).astype(dtype)
+    return fn(query, key, value, dtype=dtype,
+              axis=tuple(range(1, query.ndim - 2)), bias=bias,
+              precision=precision, dropout_rng=dropout_rng,
+              dropout_rate=dropout_rate, broadcast_dropout=broadcast_dropout,
+              deterministic=deterministic)
+  attention.__name__ = getattr(fn, '__name__', 'attention')
+  # (no __wrapped__: linen reads this function's own signature to choose
+  # the keywords it passes)
+  attention.legacy_attention_fn = fn
+  return attention

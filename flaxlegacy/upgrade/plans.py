@@ -900,7 +900,10 @@ class Attention:
   ``auto_name``: the AutoName to add, or None; ``guard``: (field, the
   callee as rewritten) where the call goes through a field whose default
   is legacy's attention class, checked to hold it when the code runs,
-  or None."""
+  or None; ``attention_fn``: the legacy ``attention_fn`` the call gives
+  (called by the target through an adapter to legacy's keyword
+  interface), or None (none, or legacy's own dot_product_attention, the
+  target's default)."""
   call: Any
   inputs_q: Any
   args: Tuple[Tuple[str, Any], ...]
@@ -912,6 +915,7 @@ class Attention:
   name: Any = None
   auto_name: Optional[AutoName] = None
   guard: Optional[Tuple[str, Any]] = None
+  attention_fn: Any = None
 
 
 # -- the attention cache in module bodies (rules/attention_cache.py) --

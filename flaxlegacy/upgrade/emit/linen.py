@@ -555,6 +555,12 @@ class LinenEmitter:
         ctor.append(_keyword(a, ATTENTION_CTOR[k]))
       elif k in ATTENTION_MASK_ARGS:
         mask_args.append(_keyword(a, k))
+      elif k == 'attention_fn' and plan.attention_fn is not None:
+        # linen calls it with its own keywords: an adapter to legacy's
+        self._ctx.needed_imports.add(ATTENTION_FN_HELPER)
+        ctor.append(_keyword(a.with_changes(value=cst.Call(
+            func=cst.Name(ATTENTION_FN_HELPER.rsplit('.', 1)[1]),
+            args=[cst.Arg(plan.attention_fn)])), 'attention_fn'))
     given = plan.given
     if 'dropout_rate' in given and 'deterministic' not in given and (
         plan.splat is None):
@@ -841,6 +847,8 @@ ATTENTION_MASK_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                          'legacy_attention_mask')
 ATTENTION_GUARD_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                           'legacy_attention_default')
+ATTENTION_FN_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                       'legacy_attention_fn')
 
 
 # the run-time map of a dict splatted into an attention call, written

@@ -1,0 +1,145 @@
+"""Legacy attention calls given an ``attention_fn``.
+
+Legacy ``nn.SelfAttention(x, ..., attention_fn=f)`` called ``f(query, key,
+value, dtype=, axis=, bias=, precision=, dropout_rng=, dropout_rate=,
+broadcast_dropout=, deterministic=)``, the mask turned into an additive
+bias; linen's ``MultiHeadDotProductAttention(attention_fn=f)`` calls ``f``
+with a boolean ``mask=`` and no axes.  The upgrade hands ``f`` to linen
+through ``legacy_attention_fn``, which speaks legacy's interface; legacy's
+own ``dot_product_attention`` is dropped (linen's default).
+"""
+
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from flaxlegacy.migrate import upgraded_attention
+from flaxlegacy.upgrade import upgrade_source
+from flaxlegacy.upgrade import verify
+
+TODO = 'TODO(flaxlegacy upgrade)'
+
+# A legacy-style attention function of a codebase's own (a performer-like
+# replacement): it reads legacy's ``axis`` and ``bias`` keywords.
+NUMERIC = '''
+import jax
+import jax.numpy as jnp
+from flax import nn
+
+
+def tempered_attention(query, key, value, dtype=jnp.float32, bias=None,
+                       axis=None, broadcast_dropout=True, dropout_rng=None,
+                       dropout_rate=0., deterministic=False, precision=None):
+  if tuple(axis) != (1,):
+    raise ValueError(f'unexpected attention axis {axis}')
+  logits = jnp.einsum('bqhd,bkhd->bhqk', query, key, precision=precision)
+  logits = logits / (2.0 * jnp.sqrt(query.shape[-1]))
+  if bias is not None:
+    logits = logits + bias
+  weights = jax.nn.softmax(logits, axis=-1).astype(dtype)
+  return jnp.einsum('bhqk,bkhd->bqhd', weights, value, precision=precision)
+
+
+class Model(nn.Module):
+
+  def apply(self, x, tokens):
+    x = x + nn.Embed(tokens, num_embeddings=3, features=4)
+    pm = (tokens > 0)[..., None]
+    y = nn.SelfAttention(x, num_heads=2, causal_mask=True, padding_mask=pm,
+                         attention_fn=tempered_attention)
+    z = nn.SelfAttention(y, num_heads=2, padding_mask=pm,
+                         attention_fn=nn.attention.dot_product_attention)
+    return nn.Dense(x + y + z, 3)
+'''
+
+
+def test_attention_fn_goes_through_the_adapter():
+  out, report = upgrade_source(NUMERIC)
+  assert TODO not in out, out
+  assert 'attention_fn=legacy_attention_fn(tempered_attention)' in out, out
+  # legacy's own dot_product_attention is linen's default: left out
+  assert 'dot_product_attention' not in out, out
+  assert 'from flaxlegacy.migrate.upgraded_attention import' in out
+  assert 'legacy_attention_fn' in out.split('class Model')[0]
+  assert not report.left
+
+
+def _legacy_fn_calls():
+  calls = []
+
+  def fn(query, key, value, **kw):
+    calls.append(kw)
+    return value
+  return fn, calls
+
+
+def test_adapter_passes_legacy_keywords_and_bias():
+  fn, calls = _legacy_fn_calls()
+  q = jnp.ones((2, 4, 3, 5))
+  mask = jnp.asarray(np.tril(np.ones((4, 4), bool)))[None, None]
+  out = upgraded_attention.legacy_attention_fn(fn)(
+      q, q, q + 1, mask=mask, dropout_rate=0.25, deterministic=True)
+  np.testing.assert_array_equal(out, q + 1)
+  (kw,) = calls
+  assert kw['axis'] == (1,)
+  assert kw['dtype'] == jnp.float32  # legacy's default where linen has None
+  assert kw['dropout_rate'] == 0.25 and kw['deterministic'] is True
+  assert kw['broadcast_dropout'] is True and kw['dropout_rng'] is None
+  bias = np.asarray(kw['bias'])
+  assert bias.dtype == np.float32 and bias.shape == (1, 1, 4, 4)
+  np.testing.assert_array_equal(
+      bias, np.where(np.tril(np.ones((4, 4), bool)), 0., -1e10)[None, None])
+  # no mask, no bias
+  upgraded_attention.legacy_attention_fn(fn)(q, q, q)
+  assert calls[-1]['bias'] is None
+
+
+def test_adapter_keeps_linens_keywords_in_its_signature():
+  """linen passes only the keywords the function's signature names."""
+  import flax.linen as linen  # pylint: disable=g-import-not-at-top
+  fn, calls = _legacy_fn_calls()
+  attn = linen.SelfAttention(num_heads=1, qkv_features=2, out_features=2,
+                             attention_fn=upgraded_attention
+                             .legacy_attention_fn(fn), deterministic=True)
+  x = jnp.ones((1, 3, 2))
+  mask = jnp.ones((1, 1, 3, 3), bool).at[..., -1].set(False)
+  attn.init(jax.random.PRNGKey(0), x, mask=mask)
+  bias = np.asarray(calls[-1]['bias'])
+  assert bias.shape == (1, 1, 3, 3) and (bias[..., -1] == -1e10).all()
+  assert calls[-1]['axis'] == (1,)
+
+
+@pytest.mark.slow
+def test_attention_fn_verifies_numerically(tmp_path):
+  legacy = tmp_path / 'legacy.py'
+  legacy.write_text(NUMERIC)
+  out, report = upgrade_source(NUMERIC)
+  upgraded = tmp_path / 'upgraded.py'
+  upgraded.write_text(out)
+  (mod,) = report.modules
+  result = verify.verify_module(
+      str(legacy), str(upgraded), 'Model',
+      [((2, 5, 4), 'float32'), ((2, 5), 'int32')], {},
+      fields=mod['fields'], call=mod['call'], var_kw=mod['var_kw'])
+  assert result['status'] == 'ok', result
+
+
+def test_splatted_attention_fn_is_refused_loudly():
+  """In a splatted dict the key is known only when the code runs: the
+  run-time map raises rather than dropping it."""
+  out, _ = upgrade_source(textwrap.dedent('''
+      from flax import nn
+
+      class M(nn.Module):
+        def apply(self, x, kw):
+          return nn.SelfAttention(x, num_heads=2, **kw)
+      '''))
+  ns = {}
+  helper = out[out.index('def _legacy_attention_kwargs'):]
+  helper = helper[:helper.index('\nclass M')]
+  exec(helper, ns)  # pylint: disable=exec-used
+  with pytest.raises(TypeError, match='attention_fn'):
+    ns['_legacy_attention_kwargs']({'attention_fn': print}, 'ctor')
