@@ -143,3 +143,38 @@ def test_splatted_attention_fn_is_refused_loudly():
   exec(helper, ns)  # pylint: disable=exec-used
   with pytest.raises(TypeError, match='attention_fn'):
     ns['_legacy_attention_kwargs']({'attention_fn': print}, 'ctor')
+
+
+def test_field_partial_keywords_are_mapped_or_refused():
+  """``legacy_attention_default`` with what ``legacy_attention_partial``
+  kept: linen's field names (``bias`` -> ``use_bias``, legacy's default
+  ``deterministic=False`` with a dropout rate), the function adapted; a
+  mask argument, which has no field, raises naming it."""
+  import dataclasses  # pylint: disable=g-import-not-at-top
+  import functools  # pylint: disable=g-import-not-at-top
+
+  @dataclasses.dataclass
+  class Owner:
+    attn: object = dict  # any default
+
+  kept = upgraded_attention.legacy_attention_partial(
+      dict, attention_fn=print, bias=False)
+  kept = upgraded_attention.legacy_attention_partial(kept, dropout_rate=0.1)
+  made = upgraded_attention.legacy_attention_default(
+      Owner(), 'attn', kept, tuple)
+  assert isinstance(made, functools.partial) and made.func is tuple
+  assert made.keywords['use_bias'] is False
+  assert made.keywords['deterministic'] is False
+  assert made.keywords['dropout_rate'] == 0.1
+  assert made.keywords['attention_fn'].legacy_attention_fn is print
+  bad = upgraded_attention.legacy_attention_partial(dict, causal_mask=True)
+  with pytest.raises(NotImplementedError, match="'causal_mask' has no linen"):
+    upgraded_attention.legacy_attention_default(Owner(), 'attn', bad, 'L')
+  other = upgraded_attention.legacy_attention_partial(list, bias=False)
+  with pytest.raises(NotImplementedError, match='Owner.attn holds'):
+    upgraded_attention.legacy_attention_default(Owner(), 'attn', other, 'L')
+
+
+def test_field_map_is_the_emitters():
+  from flaxlegacy.upgrade.emit import linen  # pylint: disable=g-import-not-at-top
+  assert upgraded_attention.LEGACY_ATTENTION_FIELDS == linen.ATTENTION_CTOR

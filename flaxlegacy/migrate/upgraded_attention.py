@@ -33,10 +33,23 @@ equivalent; anything else raises ``ValueError`` (legacy attended jointly
 over several axes).
 """
 
+import functools
+
 import jax.numpy as jnp
 
 __all__ = ['legacy_attention_mask', 'legacy_attention_default',
-           'legacy_attention_fn']
+           'legacy_attention_fn', 'legacy_attention_partial']
+
+# legacy attention keyword -> linen MultiHeadDotProductAttention field (the
+# constructor's part of a legacy call; the same map as the upgrade
+# emitter's ATTENTION_CTOR, which does not import JAX)
+LEGACY_ATTENTION_FIELDS = {
+    'num_heads': 'num_heads', 'dtype': 'dtype',
+    'qkv_features': 'qkv_features', 'out_features': 'out_features',
+    'broadcast_dropout': 'broadcast_dropout', 'dropout_rate': 'dropout_rate',
+    'deterministic': 'deterministic', 'precision': 'precision',
+    'kernel_init': 'kernel_init', 'bias_init': 'bias_init',
+    'bias': 'use_bias'}
 
 
 def _axes(attention_axis, ndim):
@@ -145,12 +158,51 @@ def legacy_attention_default(module, field, value, linen_class):
   instead of running the wrong module.
   """
   default = type(module).__dataclass_fields__[field].default
+  kwargs = {}
+  if isinstance(value, LegacyAttentionPartial):
+    value, kwargs = value.base, value.kwargs
   if value is not default:
     raise NotImplementedError(
         f'{type(module).__name__}.{field} holds {value!r}: the upgrade '
         f'from legacy Flax rewrote its call for the attention of its default '
         f'({default!r}) only; port this call by hand')
-  return linen_class
+  if not kwargs:
+    return linen_class
+  fields = {}
+  for k, v in kwargs.items():
+    if k == 'attention_fn':
+      fields[k] = legacy_attention_fn(v)
+    elif k in LEGACY_ATTENTION_FIELDS:
+      fields[LEGACY_ATTENTION_FIELDS[k]] = v
+    else:
+      raise NotImplementedError(
+          f'{type(module).__name__}.{field}.partial({k}=...): the legacy '
+          f'attention argument {k!r} has no linen field; port this call by '
+          'hand')
+  if 'dropout_rate' in kwargs and 'deterministic' not in kwargs:
+    fields['deterministic'] = False  # legacy's default; linen has none
+  return functools.partial(linen_class, **fields)
+
+
+class LegacyAttentionPartial:
+  """What legacy ``attention_class.partial(**kwargs)`` held, for
+  ``legacy_attention_default``: the class and the keywords."""
+
+  def __init__(self, base, kwargs):
+    self.base = base
+    self.kwargs = kwargs
+
+  def __repr__(self):
+    return f'{self.base!r}.partial(**{self.kwargs!r})'
+
+
+def legacy_attention_partial(base, **kwargs):
+  """Legacy ``attention_class.partial(**kwargs)`` of a hyper-parameter
+  that holds legacy's attention class (its default): the keywords, kept
+  for the call, which ``legacy_attention_default`` checks and maps."""
+  if isinstance(base, LegacyAttentionPartial):
+    return LegacyAttentionPartial(base.base, {**base.kwargs, **kwargs})
+  return LegacyAttentionPartial(base, dict(kwargs))
 
 
 def legacy_attention_fn(fn):

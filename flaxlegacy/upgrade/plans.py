@@ -918,6 +918,17 @@ class Attention:
   attention_fn: Any = None
 
 
+@_plan
+class AttentionPartial:
+  """Legacy ``field.partial(k=v, ...)`` of a hyper-parameter whose
+  default is legacy's attention class: the keywords kept for the call
+  through the field (checked and mapped when the code runs).  ``call``:
+  the legacy call as rewritten so far; ``receiver``: the field's value as
+  rewritten."""
+  call: Any
+  receiver: Any
+
+
 # -- the attention cache in module bodies (rules/attention_cache.py) --
 
 

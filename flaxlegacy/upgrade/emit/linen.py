@@ -620,6 +620,18 @@ class LinenEmitter:
         whitespace_before_args=plan.call.whitespace_before_args),
                     args=cst_util.clean_args(call))
 
+  def attention_partial(self, plan):
+    """AttentionPartial -> ``legacy_attention_partial(field, k=v, ...)``:
+    the keywords kept for the guarded call (``legacy_attention_default``
+    maps them to linen's fields when the code runs)."""
+    self._ctx.needed_imports.add(ATTENTION_PARTIAL_HELPER)
+    return cst.Call(
+        func=cst.Name(ATTENTION_PARTIAL_HELPER.rsplit('.', 1)[1]),
+        args=[cst.Arg(plan.receiver, comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(' ')))] + list(
+                plan.call.args),
+        whitespace_before_args=plan.call.whitespace_before_args)
+
   # -- the attention cache in module bodies --
   def cache_entry(self, plan):
     """CacheEntry -> ``legacy_cache_store(self, v)`` /
@@ -837,6 +849,8 @@ ATTENTION_CTOR = {'num_heads': 'num_heads', 'dtype': 'dtype',
         'dropout_rate': 'dropout_rate', 'deterministic': 'deterministic',
         'precision': 'precision', 'kernel_init': 'kernel_init',
         'bias_init': 'bias_init', 'bias': 'use_bias'}
+# (upgraded_attention.LEGACY_ATTENTION_FIELDS is the same map, for the code
+# the upgrade writes; this module does not import JAX)
 # the legacy parameters of the mask
 ATTENTION_MASK_ARGS = ('attention_axis', 'causal_mask', 'padding_mask',
              'key_padding_mask', 'segmentation', 'key_segmentation')
@@ -849,6 +863,8 @@ ATTENTION_GUARD_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                           'legacy_attention_default')
 ATTENTION_FN_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                        'legacy_attention_fn')
+ATTENTION_PARTIAL_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                            'legacy_attention_partial')
 
 
 # the run-time map of a dict splatted into an attention call, written

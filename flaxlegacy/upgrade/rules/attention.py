@@ -50,7 +50,9 @@ import libcst as cst
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors.usage import ATTENTION  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.emit.linen import ATTENTION_CTOR  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.emit.linen import ATTENTION_MASK_HELPER  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.emit.linen import ATTENTION_PARTIAL_HELPER  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention_cache
 
@@ -144,6 +146,27 @@ def field_attention(resolver, expr):
       return None, why.format('the codebase gives it another module '
                               f'({v[-1] if len(v) > 1 else v[0]})')
   return _shared.Ref('attention', attr, name), None
+
+
+def field_partial(up, original, updated, ref):
+  """``field.partial(k=v, ...)`` of a hyper-parameter that defaults to
+  legacy's attention class (``ref`` from ``field_attention``): the
+  keywords are kept for the call, which ``field_attention`` rewrites behind
+  its run-time check; None where a keyword has no linen counterpart (or is
+  positional or splatted), for the caller's TODO."""
+  if ref.extra is None:
+    return None
+  for a in updated.args:
+    k = cst_util.kw(a)
+    if a.star or k is None or (k != 'attention_fn'
+                               and k not in ATTENTION_CTOR):
+      return None
+  up.rewrote(original, 'attention', f'{ref.extra}.partial(...) of legacy '
+             f'{ref.target} -> its keywords, kept for the checked call')
+  up.ctx.report.rewritten[-1]['shipped'] = (
+      ATTENTION_PARTIAL_HELPER)
+  return up.emit.attention_partial(plans.AttentionPartial(
+      call=updated, receiver=updated.func.value))
 
 
 def _assigned_values(fn, name):
