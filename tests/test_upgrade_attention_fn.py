@@ -178,3 +178,88 @@ def test_field_partial_keywords_are_mapped_or_refused():
 def test_field_map_is_the_emitters():
   from flaxlegacy.upgrade.emit import linen  # pylint: disable=g-import-not-at-top
   assert upgraded_attention.LEGACY_ATTENTION_FIELDS == linen.ATTENTION_CTOR
+
+
+# -- legacy's dot_product_attention, shipped with its interface --
+
+@pytest.mark.parametrize('axis,broadcast', [
+    (None, True), ((1,), False), ((1, 2), True), ((2,), True)])
+def test_shipped_dot_product_attention_is_legacys(axis, broadcast):
+  """Against the layer's ``nn.attention.dot_product_attention`` (legacy's
+  numbers, tests/test_nn_layers_legacy.py): one and several attention
+  axes, an additive bias, dropout with the same key (the same draw)."""
+  from flax import nn  # pylint: disable=g-import-not-at-top
+  rs = np.random.RandomState(0)
+  shape = (2, 3, 4, 2, 5)  # batch, two spatial axes, heads, depth
+  q, k, v = (jnp.asarray(rs.normal(size=shape), jnp.float32)
+             for _ in range(3))
+  axes = (1, 2) if axis is None else axis
+  n_att = int(np.prod([shape[a] for a in axes]))
+  # logits: [batch, other axes..., heads, query positions, key positions]
+  bias_shape = ((2,) + (1,) * (3 - len(axes))
+                + tuple(shape[a] for a in axes) * 2)
+  bias = jnp.asarray(np.where(rs.uniform(size=bias_shape) < 0.3, -1e10, 0.),
+                     jnp.float32)
+  kw = dict(axis=axis, bias=bias, broadcast_dropout=broadcast)
+  got = upgraded_attention.legacy_dot_product_attention(q, k, v, **kw)
+  want = nn.attention.dot_product_attention(q, k, v, **kw)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  key = jax.random.PRNGKey(3)
+  kw.update(dropout_rng=key, dropout_rate=0.4)
+  got = upgraded_attention.legacy_dot_product_attention(q, k, v, **kw)
+  want = nn.attention.dot_product_attention(q, k, v, **kw)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert n_att > 1
+  with pytest.raises(ValueError, match='dropout needs dropout_rng'):
+    upgraded_attention.legacy_dot_product_attention(
+        q, k, v, dropout_rate=0.1)
+  with pytest.raises(ValueError, match='Attention axis must be between'):
+    upgraded_attention.legacy_dot_product_attention(q, k, v, axis=(3,))
+
+
+REFERENCED = '''
+import jax.numpy as jnp
+from flax import nn
+
+
+def my_attention(q, k, v, **kw):
+  return nn.attention.dot_product_attention(q, k, v, **kw)
+
+
+class Block(nn.Module):
+
+  def apply(self, x, tokens, attention_fn=None):
+    x = x + nn.Embed(tokens, num_embeddings=3, features=4)
+    pm = (tokens > 0)[..., None]
+    if attention_fn is None:
+      attention_fn = nn.dot_product_attention
+    y = nn.SelfAttention(x, num_heads=2, causal_mask=True, padding_mask=pm,
+                         attention_fn=attention_fn)
+    z = nn.SelfAttention(y, num_heads=2, padding_mask=pm,
+                         attention_fn=my_attention)
+    return nn.Dense(z, 3)
+'''
+
+
+def test_referenced_dot_product_attention_is_the_shipped_one():
+  out, report = upgrade_source(REFERENCED)
+  assert TODO not in out, out
+  assert 'attention_fn = legacy_dot_product_attention\n' in out
+  assert 'return legacy_dot_product_attention(q, k, v, **kw)' in out
+  assert 'attention_fn=legacy_attention_fn(my_attention)' in out
+  assert not report.left
+
+
+@pytest.mark.slow
+def test_referenced_dot_product_attention_verifies(tmp_path):
+  legacy = tmp_path / 'legacy.py'
+  legacy.write_text(REFERENCED)
+  out, report = upgrade_source(REFERENCED)
+  upgraded = tmp_path / 'upgraded.py'
+  upgraded.write_text(out)
+  (mod,) = report.modules
+  result = verify.verify_module(
+      str(legacy), str(upgraded), 'Block',
+      [((2, 5, 4), 'float32'), ((2, 5), 'int32')], {},
+      fields=mod['fields'], call=mod['call'], var_kw=mod['var_kw'])
+  assert result['status'] == 'ok', result

@@ -35,10 +35,13 @@ over several axes).
 
 import functools
 
+import jax
+from jax import lax
 import jax.numpy as jnp
 
 __all__ = ['legacy_attention_mask', 'legacy_attention_default',
-           'legacy_attention_fn', 'legacy_attention_partial']
+           'legacy_attention_fn', 'legacy_attention_partial',
+           'legacy_dot_product_attention']
 
 # legacy attention keyword -> linen MultiHeadDotProductAttention field (the
 # constructor's part of a legacy call; the same map as the upgrade
@@ -237,3 +240,75 @@ def legacy_attention_fn(fn):
   # the keywords it passes)
   attention.legacy_attention_fn = fn
   return attention
+
+
+def legacy_dot_product_attention(query, key, value, dtype=jnp.float32,
+                                 bias=None, axis=None, broadcast_dropout=True,
+                                 dropout_rng=None, dropout_rate=0.,
+                                 deterministic=False, precision=None):
+  """Legacy ``nn.attention.dot_product_attention``, with its interface.
+
+  ``query`` / ``key`` / ``value``: ``[batch, dims..., heads, depth]``;
+  the softmax runs jointly over the attention ``axis`` (default: every
+  axis between the batch and the heads), ``bias`` (legacy's additive mask)
+  is added to the scaled logits.  Linen's ``dot_product_attention`` takes
+  a boolean ``mask`` and attends over one axis; this keeps legacy's
+  arguments for code that calls it, or hands it around as an
+  ``attention_fn`` (``legacy_attention_fn`` adapts it to linen's
+  attention).  Dropout needs ``dropout_rng`` (legacy drew one from its
+  implicit stream).
+  """
+  if key.shape[:-1] != value.shape[:-1]:
+    raise ValueError(f'key {key.shape} and value {value.shape} differ before '
+                     'the last axis')
+  if query.shape[:1] != key.shape[:1] or query.shape[-1] != key.shape[-1]:
+    raise ValueError(f'query {query.shape} and key {key.shape}: batch and '
+                     'depth must agree')
+  if not query.ndim == key.ndim == value.ndim:
+    raise ValueError('query, key and value must have the same rank')
+  n = query.ndim
+  if axis is None:
+    axis = tuple(range(1, n - 2))
+  elif isinstance(axis, int):
+    axis = (axis,)
+  axis = tuple(axis)
+  if not all(n >= 3 and 1 <= a < n - 2 for a in axis):
+    raise ValueError('Attention axis must be between the batch axis and the '
+                     'last-two axes.')
+  rest = tuple(a for a in range(n - 1) if a not in axis)  # batch.., heads
+  nb, na = len(rest), len(axis)
+  order = rest + axis + (n - 1,)
+  q = jnp.transpose(query, order)
+  k = jnp.transpose(key, order)
+  v = jnp.transpose(value, rest + (n - 1,) + axis)
+  q = q / jnp.sqrt(query.shape[-1]).astype(dtype)
+  batch_dims = tuple(range(nb))
+  # [rest..., q positions..., k positions...]
+  logits = lax.dot_general(q, k, (((q.ndim - 1,), (k.ndim - 1,)),
+                                  (batch_dims, batch_dims)),
+                           precision=precision)
+  if bias is not None:
+    logits = logits + bias
+  kdims = tuple(range(logits.ndim - na, logits.ndim))
+  weights = jax.nn.softmax(logits, axis=kdims).astype(dtype)
+  if not deterministic and dropout_rate > 0.:
+    if dropout_rng is None:
+      raise ValueError('legacy_dot_product_attention: dropout needs '
+                       'dropout_rng (legacy drew it from nn.make_rng())')
+    keep_prob = 1.0 - dropout_rate
+    shape = weights.shape
+    if broadcast_dropout:
+      shape = (1,) * nb + shape[nb:]
+    keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
+    weights = weights * (keep.astype(weights.dtype)
+                         / jnp.asarray(keep_prob, dtype=dtype))
+  # contract the key positions with value's trailing axes:
+  # [rest..., q positions..., depth]
+  out = lax.dot_general(weights, v, ((kdims, tuple(range(v.ndim - na,
+                                                          v.ndim))),
+                                     (batch_dims, batch_dims)),
+                        precision=precision)
+  inverse = [0] * n
+  for i, a in enumerate(order):
+    inverse[a] = i
+  return jnp.transpose(out, inverse)
