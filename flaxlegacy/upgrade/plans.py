@@ -905,7 +905,10 @@ class Attention:
   ``auto_name``: the AutoName to add, or None; ``guard``: (field, the
   callee as rewritten) where the call goes through a field whose default
   is legacy's attention class, checked to hold it when the code runs,
-  or None."""
+  or None; ``attention_fn``: the legacy ``attention_fn`` the call gives
+  (called by the target through an adapter to legacy's keyword
+  interface), or None (none, or legacy's own dot_product_attention, the
+  target's default)."""
   call: Any
   inputs_q: Any
   args: Tuple[Tuple[str, Any], ...]
@@ -917,6 +920,18 @@ class Attention:
   name: Any = None
   auto_name: Optional[AutoName] = None
   guard: Optional[Tuple[str, Any]] = None
+  attention_fn: Any = None
+
+
+@_plan
+class AttentionPartial:
+  """Legacy ``field.partial(k=v, ...)`` of a hyper-parameter whose
+  default is legacy's attention class: the keywords kept for the call
+  through the field (checked and mapped when the code runs).  ``call``:
+  the legacy call as rewritten so far; ``receiver``: the field's value as
+  rewritten."""
+  call: Any
+  receiver: Any
 
 
 # -- the attention cache in module bodies (rules/attention_cache.py) --

@@ -571,6 +571,12 @@ class LinenEmitter:
         ctor.append(_keyword(a, ATTENTION_CTOR[k]))
       elif k in ATTENTION_MASK_ARGS:
         mask_args.append(_keyword(a, k))
+      elif k == 'attention_fn' and plan.attention_fn is not None:
+        # linen calls it with its own keywords: an adapter to legacy's
+        self._ctx.needed_imports.add(ATTENTION_FN_HELPER)
+        ctor.append(_keyword(a.with_changes(value=cst.Call(
+            func=cst.Name(ATTENTION_FN_HELPER.rsplit('.', 1)[1]),
+            args=[cst.Arg(plan.attention_fn)])), 'attention_fn'))
     given = plan.given
     if 'dropout_rate' in given and 'deterministic' not in given and (
         plan.splat is None):
@@ -629,6 +635,18 @@ class LinenEmitter:
         func=func, args=cst_util.clean_args(ctor),
         whitespace_before_args=plan.call.whitespace_before_args),
                     args=cst_util.clean_args(call))
+
+  def attention_partial(self, plan):
+    """AttentionPartial -> ``legacy_attention_partial(field, k=v, ...)``:
+    the keywords kept for the guarded call (``legacy_attention_default``
+    maps them to linen's fields when the code runs)."""
+    self._ctx.needed_imports.add(ATTENTION_PARTIAL_HELPER)
+    return cst.Call(
+        func=cst.Name(ATTENTION_PARTIAL_HELPER.rsplit('.', 1)[1]),
+        args=[cst.Arg(plan.receiver, comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(' ')))] + list(
+                plan.call.args),
+        whitespace_before_args=plan.call.whitespace_before_args)
 
   # -- the attention cache in module bodies --
   def cache_entry(self, plan):
@@ -869,6 +887,8 @@ ATTENTION_CTOR = {'num_heads': 'num_heads', 'dtype': 'dtype',
         'dropout_rate': 'dropout_rate', 'deterministic': 'deterministic',
         'precision': 'precision', 'kernel_init': 'kernel_init',
         'bias_init': 'bias_init', 'bias': 'use_bias'}
+# (upgraded_attention.LEGACY_ATTENTION_FIELDS is the same map, for the code
+# the upgrade writes; this module does not import JAX)
 # the legacy parameters of the mask
 ATTENTION_MASK_ARGS = ('attention_axis', 'causal_mask', 'padding_mask',
              'key_padding_mask', 'segmentation', 'key_segmentation')
@@ -879,6 +899,10 @@ ATTENTION_MASK_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                          'legacy_attention_mask')
 ATTENTION_GUARD_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                           'legacy_attention_default')
+ATTENTION_FN_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                       'legacy_attention_fn')
+ATTENTION_PARTIAL_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                            'legacy_attention_partial')
 
 
 # the run-time map of a dict splatted into an attention call, written

@@ -97,6 +97,11 @@ class InstanceRules:
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       inner = self.resolver.used_as(f.value, f.attr.value)
       if inner is not None and inner.kind == 'attention':
+        new = (attention_rule.field_partial(self, original_node,
+                                            updated_node, inner)
+               if f.attr.value == 'partial' else None)
+        if new is not None:
+          return new
         self.todo(original_node, attention_rule.PARTIAL_TODO.format(
             name=self.ctx.code_of(f.value), attr=inner.target,
             what=f.attr.value))
