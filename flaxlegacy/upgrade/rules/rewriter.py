@@ -204,6 +204,13 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     if (attr in layer_table.LEGACY_HELPERS or attr in SAME_ATTRS_IN_LINEN
         or attr in layer_table.LEGACY_FUNCTIONS):
       self._handled.add(id(node.value))
+    elif (attr is not None and '.' not in attr
+          and isinstance(node.value, cst.Attribute)
+          and node.value.attr.value in cst_util.SUBMODULE_REEXPORTS
+          and cst_util.legacy_attr(node.value, self.ctx.facts.nn_prefixes)
+          == node.value.attr.value):
+      # nn.linear.Dense is nn.Dense: its module part is no name of its own
+      self._handled.add(id(node.value))
     return True
 
   def leave_Attribute(self, original_node, updated_node):
