@@ -13,6 +13,7 @@ keeps a TODO that says why.
 """
 
 import numpy as np
+import pytest
 
 from tests import upgrade_run
 
@@ -84,18 +85,34 @@ LINEN_INIT = ('y, variables = model().init_with_output('
 
 
 def test_positional_call_of_a_default_class_with_unknown_values(tmp_path):
-  """By position: a TODO naming the reason (before: ``self.network(width=3,
-  depth=2, ...)(x)``, which built ``Deep`` with width 3 and depth 2 where
-  legacy built depth 3, width 2: other parameter shapes and outputs, no
-  error)."""
-  _, out, _ = upgrade_run.upgrade_dir(
+  """By position: the default's signature names the positions, behind a
+  run-time check that the value is a class the codebase binds it to
+  (before: ``self.network(width=3, depth=2, ...)(x)`` with no check, which
+  built the caller's ``Deep`` with width 3 and depth 2 where legacy built
+  depth 3, width 2: other parameter shapes and outputs, no error).  The
+  default runs as legacy did; the caller's class raises, naming why."""
+  src, out, _ = upgrade_run.upgrade_dir(
       tmp_path, {'nets.py': NETS.replace('CALL', 'network(x, 3, 2)')})
   code = (out / 'nets.py').read_text()
-  assert (TODO + ": 'network' holds Wide by default and a value the "
-          "upgrade does not know (a caller's): the hyper-parameters passed "
-          'by position (width, depth) are named by Wide\'s signature') in (
-              code), code
-  assert 'self.network(x, 3, 2)' in code, code
+  assert TODO not in code, code
+  assert ('legacy_known_module(self.network, (Wide, ), "Agent.network")'
+          '(width=3, depth=2') in code, code
+  run = RUN.replace("for name in ('Wide', 'Deep'):", 'for name in NAMES:')
+  legacy = upgrade_run.run_json(
+      src, run.replace('INIT', LEGACY_INIT).replace(
+          'NAMES', "('Wide', 'Deep')"), off=False)
+  upgraded = upgrade_run.run_json(
+      out, run.replace('INIT', LINEN_INIT).replace('NAMES', "('Wide',)"),
+      off=True)
+  assert upgraded['Wide']['paths'] == legacy['Wide']['paths']
+  np.testing.assert_allclose(upgraded['Wide']['y'], legacy['Wide']['y'],
+                             rtol=1e-6, atol=1e-6)
+  assert legacy['Deep']['paths'] != legacy['Wide']['paths']
+  deep = run.replace('INIT', LINEN_INIT).replace('NAMES', "('Deep',)")
+  with pytest.raises(Exception) as e:
+    upgrade_run.run_json(out, deep, off=True)
+  assert 'NotImplementedError: Agent.network holds' in str(e.value)
+  assert 'named the positional hyper-parameters' in str(e.value)
 
 
 def test_keyword_call_of_a_default_class_with_unknown_values(tmp_path):

@@ -601,3 +601,26 @@ def _stateful_apply(instance, params, args, kwargs):
                                     mutable=DenyList('params'), **kwargs)
   frame.state.update(changed)
   return outputs
+
+
+def legacy_known_module(value, known, where):
+  """``value`` (a hyper-parameter holding a module class, or a partial of
+  one), checked to be one of ``known`` when a call of it runs.
+
+  The upgrade named the call's positional hyper-parameters by the
+  signature of the classes the codebase gives the parameter (``known``:
+  they name those positions alike); a class it could not see (a caller's,
+  a configuration's) may name them otherwise, so it raises instead of
+  running with the wrong names.
+  """
+  import functools  # pylint: disable=g-import-not-at-top
+  base = value
+  while isinstance(base, functools.partial):
+    base = base.func
+  if any(base is k for k in known):
+    return value
+  names = ', '.join(getattr(k, '__name__', repr(k)) for k in known)
+  raise NotImplementedError(
+      f'{where} holds {value!r}: the upgrade from legacy Flax named the '
+      f'positional hyper-parameters of its call by the signature of {names}; '
+      'pass them by keyword, or port this call by hand')

@@ -995,3 +995,15 @@ class LegacyInitializer:
   layers called initializers, ``(key, shape)``, whatever else the target's
   layers pass.  ``partial``: the call as rewritten so far."""
   partial: Any
+
+
+@_plan
+class KnownModule:
+  """A hyper-parameter holding module classes, called with positional
+  hyper-parameters the classes the codebase gives it name alike, where a
+  value the upgrade cannot see may reach it: the value, checked when the
+  call runs to be one of ``known`` (names of this file).  ``module``: the
+  callee as rewritten; ``where``: 'Class.field', for the error."""
+  module: Any
+  known: Tuple[str, ...]
+  where: str

@@ -648,6 +648,16 @@ class LinenEmitter:
                 plan.call.args),
         whitespace_before_args=plan.call.whitespace_before_args)
 
+  def known_module(self, plan):
+    """KnownModule -> ``legacy_known_module(self.f, (A, B), 'C.f')``
+    (flaxlegacy.migrate.upgraded: the value, or NotImplementedError)."""
+    self._ctx.needed_imports.add(KNOWN_MODULE_HELPER)
+    return cst.Call(func=cst.Name(KNOWN_MODULE_HELPER.rsplit('.', 1)[1]),
+                    args=[cst_util.arg(plan.module), cst_util.arg(
+                        cst_util.expr('(' + ''.join(
+                            f'{k}, ' for k in plan.known) + ')')),
+                          cst_util.arg(cst.SimpleString(f'"{plan.where}"'))])
+
   # -- the attention cache in module bodies --
   def cache_entry(self, plan):
     """CacheEntry -> ``legacy_cache_store(self, v)`` /
@@ -899,6 +909,8 @@ ATTENTION_MASK_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                          'legacy_attention_mask')
 ATTENTION_GUARD_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                           'legacy_attention_default')
+# the run-time check of a hyper-parameter's class (rules/runtime_modules.py)
+KNOWN_MODULE_HELPER = 'flaxlegacy.migrate.upgraded.legacy_known_module'
 ATTENTION_FN_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                        'legacy_attention_fn')
 ATTENTION_PARTIAL_HELPER = ('flaxlegacy.migrate.upgraded_attention.'

@@ -29,7 +29,10 @@ TODO), and only where no value is a legacy layer (linen's layers rename
 some legacy keywords: a TODO).
 """
 
+import libcst as cst
+
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules import _shared
 
@@ -129,3 +132,29 @@ def unknown_positions(up, original, ref):
           f'named by {info.name}\'s signature, and another class may name '
           'them otherwise: pass them by keyword, or rewrite its calls by '
           'hand')
+
+
+def known_positions(up, original, ref):
+  """Where ``unknown_positions`` has a reason: the classes the codebase
+  binds the hyper-parameter to (its default, ``.partial`` keywords:
+  aliases.py), as names this file can use; the call is then rewritten by
+  their signature (they split alike: aliases.py refuses others) behind a
+  run-time check that the value is one of them (``legacy_known_module``).
+  None (the TODO stays) where one is not a name here, or the callee is no
+  plain hyper-parameter."""
+  f = original.func
+  info = getattr(up, 'info', None)
+  if not isinstance(f, cst.Name) or info is None:
+    return None
+  facts = up.ctx.facts
+  names = []
+  for v in alias_facts.field_values(up.ctx.codebase, info, f.value):
+    v = str(v)
+    if up.ctx.codebase.module(facts, v) is None:
+      return None
+    if v not in facts.modules and (
+        facts.imports.get(v, '').rsplit('.', 1)[-1] != v):
+      return None  # not a name of this file
+    if v not in names:
+      names.append(v)
+  return names or None

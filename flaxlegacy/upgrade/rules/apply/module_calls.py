@@ -72,8 +72,16 @@ class ModuleCallRules:
               original, None, cst.Module([]).code_for_node(updated.func)))
     why = runtime_modules.unknown_positions(self, original, ref)
     if why:
-      self.todo(original, why)
-      return updated
+      known = runtime_modules.known_positions(self, original, ref)
+      if not known:
+        self.todo(original, why)
+        return updated
+      # the classes the codebase gives it name the positions alike: the
+      # default's signature, checked against them when the call runs
+      updated = updated.with_changes(func=self.emit.known_module(
+          plans.KnownModule(module=updated.func, known=tuple(known),
+                            where=f'{self.info.name}.'
+                            f'{self.ctx.code_of(original.func)}')))
     args = list(updated.args)
     if any(a.star for a in args if a.star == '*'):
       self.todo(original, 'submodule call with *args')
