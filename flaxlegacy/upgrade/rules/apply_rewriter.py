@@ -48,9 +48,9 @@ from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention_cache
+from flaxlegacy.upgrade.rules import autoname_stack
 from flaxlegacy.upgrade.rules import constructors
 from flaxlegacy.upgrade.rules import drivers
-from flaxlegacy.upgrade.rules import autoname_stack
 from flaxlegacy.upgrade.rules import linen_names
 from flaxlegacy.upgrade.rules import name_plan
 from flaxlegacy.upgrade.rules import partial_locals
