@@ -161,8 +161,8 @@ TODO_CASES = [
         from flax import nn
         class M(nn.Module):
           def apply(self, x):
-            return nn.SelfAttention(x, num_heads=2, attention_fn=my_fn)
-        ''', 'a legacy attention_fn takes the legacy keyword interface'),
+            return nn.SelfAttention(nn.LayerNorm(x), num_heads=2)
+        ''', 'the inputs must be plain variables'),
     ('is_initializing_of_a_shared_module', '''
         from flax import nn
         class Step(nn.Module):

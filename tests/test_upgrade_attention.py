@@ -99,16 +99,13 @@ def test_cross_attention_positional_arguments():
 
 
 @pytest.mark.parametrize('call,why', [
-    ('nn.SelfAttention(x, num_heads=2, attention_fn=f)',
-     'a legacy attention_fn takes the legacy keyword interface'),
     ('nn.SelfAttention(nn.LayerNorm(x), num_heads=2)',
      'the inputs must be plain variables'),
     ('nn.SelfAttention(x, 2)', 'more positional arguments than legacy'),
     ('nn.SelfAttention(x, **kw, **kw)', 'with *args / several **kwargs'),
     ('nn.attention.SelfAttention(x, num_heads=2, cache=c, foo=1)',
      "unknown argument 'foo'"),
-], ids=['attention_fn', 'expression_input', 'positional', 'kwargs',
-        'unknown'])
+], ids=['expression_input', 'positional', 'kwargs', 'unknown'])
 def test_unsure_attention_keeps_a_todo(call, why):
   out, report = up(f'''
       from flax import nn

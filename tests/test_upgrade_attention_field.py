@@ -9,7 +9,8 @@ was, without a TODO, and linen's ``SelfAttention`` refused it at run time
 rewrite behind a run-time check that the field holds its default
 (``legacy_attention_default``: a value given by a caller or a gin binding
 the upgrade cannot see raises instead of running the wrong module); the
-``.partial(attention_fn=...)`` keeps a TODO; a body or codebase that gives
+``.partial(attention_fn=...)`` keeps its keywords for that call
+(``legacy_attention_partial``, mapped to linen's fields when it runs); a body or codebase that gives
 the field another value keeps a TODO at the call.
 """
 
@@ -96,9 +97,14 @@ def test_attention_field_source(tmp_path):
           'self_attention_module, nn.MultiHeadDotProductAttention)(') in text
   assert "name='MultiHeadDotProductAttention_1')(x, mask=legacy_attention_mask(" in text
   assert 'use_bias=False' in text
-  # the .partial(attention_fn=...) is the hand port
-  assert (f"{TODO}: self_attention_module.partial(...): "
-          "'self_attention_module' holds legacy SelfAttention") in text
+  # the .partial(attention_fn=...): its keywords kept for the call (the
+  # field's default keeps the TODO it had: a value of the legacy class)
+  # (Block's and Net's)
+  assert text.count(TODO) == text.count(
+      f'{TODO}: nn.SelfAttention: attention axes') == 2, text
+  call = text.index('self_attention_module = legacy_attention_partial(\n')
+  assert text[call:].split('\n')[1].strip() == (
+      'self_attention_module, attention_fn=self.attention_fn)'), text
   assert 'legacy_attention_default' in (out / 'legacy_helpers.py').read_text()
 
 
@@ -153,3 +159,57 @@ def test_attention_field_given_a_module_keeps_a_todo(tmp_path):
   call = text.index('    x = self_attention_module(\n')
   assert text.rfind(TODO, 0, call) > text.rfind('\n    x = nn.LayerNorm',
                                                 0, call)
+
+
+# The field's .partial(attention_fn=f): the keywords are kept for the call
+# (legacy_attention_partial), which maps them to linen's fields when it
+# runs; f keeps legacy's interface (legacy_attention_fn).
+MODULES_FN = textwrap.dedent(MODULES) + textwrap.dedent('''\
+
+
+    def halved_attention(query, key, value, dtype=jnp.float32, bias=None,
+                         axis=None, broadcast_dropout=True, dropout_rng=None,
+                         dropout_rate=0., deterministic=False,
+                         precision=None):
+      logits = jnp.einsum('bqhd,bkhd->bhqk', query, key) / 2.
+      if bias is not None:
+        logits = logits + bias
+      weights = jnp.exp(logits - logits.max(-1, keepdims=True))
+      weights = weights / weights.sum(-1, keepdims=True)
+      return jnp.einsum('bhqk,bkhd->bqhd', weights.astype(dtype), value)
+
+
+    class NetFn(nn.Module):
+
+      def apply(self, x):
+        x = nn.Dense(x, 8)
+        return Block(x, num_heads=2, causal_mask=True,
+                     attention_fn=halved_attention)
+    ''')
+
+
+def test_attention_field_partial_source(tmp_path):
+  _, out, status, _ = _upgrade_dir(tmp_path, {'modules.py': MODULES_FN})
+  assert status == 0
+  text = (out / 'modules.py').read_text()
+  # the fields' defaults, as above
+  assert text.count(TODO) == text.count(
+      f'{TODO}: nn.SelfAttention: attention axes') == 2, text
+  assert 'self_attention_module = legacy_attention_partial(' in text
+  helpers = (out / 'legacy_helpers.py').read_text()
+  assert 'def legacy_attention_partial' in helpers
+  assert 'def legacy_attention_fn' in helpers
+
+
+def test_attention_field_partial_numbers(tmp_path):
+  """The function given through the partial runs inside linen's attention
+  with legacy's keywords: the same outputs as legacy (1e-5, float32
+  rounding, as above)."""
+  drive = DRIVE.replace('modules.Net()', 'modules.NetFn()').replace(
+      'modules.Net.', 'modules.NetFn.')
+  legacy, upgraded, _ = _run_both(tmp_path, {'modules.py': MODULES_FN},
+                                  drive)
+  assert upgraded['names'] == legacy['names'] == [
+      'LayerNorm_0', 'MultiHeadDotProductAttention_1']
+  np.testing.assert_allclose(upgraded['y'], legacy['y'], rtol=1e-5,
+                             atol=1e-5)

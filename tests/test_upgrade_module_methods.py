@@ -231,7 +231,12 @@ def test_a_method_default_a_partial_binds_differently_gets_a_todo():
   why = ("encode: parameter 'scale' defaults to 5.0 here and to 2.0 in "
          'apply; it is the field self.scale now')
   assert why in out, out
-  assert any(why in left['why'] for left in report.left)
+  (left,) = [left for left in report.left if why in left['why']]
+  # the report names the method's line as written (was None: the
+  # converted method has no position)
+  src_lines = textwrap.dedent(src).splitlines()
+  assert src_lines[left['line'] - 1].strip().startswith('def encode('), (
+      left, src_lines)
   assert 'def encode(self, x, train=True, width=None):' in ' '.join(
       out.split())
 

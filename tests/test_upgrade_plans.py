@@ -41,7 +41,7 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                # legacy recurrent cells
                'recurrent_cell', 'cell_scan', 'cell_carry',
                # legacy attention, the cache in module bodies
-               'attention', 'cache_entry',
+               'attention', 'attention_partial', 'cache_entry',
                # subclasses (rules/subclasses.py)
                'layer_base', 'plain_module_base',
                # drivers (rules/drivers.py)

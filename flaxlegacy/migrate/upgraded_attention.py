@@ -33,9 +33,26 @@ equivalent; anything else raises ``ValueError`` (legacy attended jointly
 over several axes).
 """
 
+import functools
+
+import jax
+from jax import lax
 import jax.numpy as jnp
 
-__all__ = ['legacy_attention_mask', 'legacy_attention_default']
+__all__ = ['legacy_attention_mask', 'legacy_attention_default',
+           'legacy_attention_fn', 'legacy_attention_partial',
+           'legacy_dot_product_attention']
+
+# legacy attention keyword -> linen MultiHeadDotProductAttention field (the
+# constructor's part of a legacy call; the same map as the upgrade
+# emitter's ATTENTION_CTOR, which does not import JAX)
+LEGACY_ATTENTION_FIELDS = {
+    'num_heads': 'num_heads', 'dtype': 'dtype',
+    'qkv_features': 'qkv_features', 'out_features': 'out_features',
+    'broadcast_dropout': 'broadcast_dropout', 'dropout_rate': 'dropout_rate',
+    'deterministic': 'deterministic', 'precision': 'precision',
+    'kernel_init': 'kernel_init', 'bias_init': 'bias_init',
+    'bias': 'use_bias'}
 
 
 def _axes(attention_axis, ndim):
@@ -144,9 +161,154 @@ def legacy_attention_default(module, field, value, linen_class):
   instead of running the wrong module.
   """
   default = type(module).__dataclass_fields__[field].default
+  kwargs = {}
+  if isinstance(value, LegacyAttentionPartial):
+    value, kwargs = value.base, value.kwargs
   if value is not default:
     raise NotImplementedError(
         f'{type(module).__name__}.{field} holds {value!r}: the upgrade '
         f'from legacy Flax rewrote its call for the attention of its default '
         f'({default!r}) only; port this call by hand')
-  return linen_class
+  if not kwargs:
+    return linen_class
+  fields = {}
+  for k, v in kwargs.items():
+    if k == 'attention_fn':
+      fields[k] = legacy_attention_fn(v)
+    elif k in LEGACY_ATTENTION_FIELDS:
+      fields[LEGACY_ATTENTION_FIELDS[k]] = v
+    else:
+      raise NotImplementedError(
+          f'{type(module).__name__}.{field}.partial({k}=...): the legacy '
+          f'attention argument {k!r} has no linen field; port this call by '
+          'hand')
+  if 'dropout_rate' in kwargs and 'deterministic' not in kwargs:
+    fields['deterministic'] = False  # legacy's default; linen has none
+  return functools.partial(linen_class, **fields)
+
+
+class LegacyAttentionPartial:
+  """What legacy ``attention_class.partial(**kwargs)`` held, for
+  ``legacy_attention_default``: the class and the keywords."""
+
+  def __init__(self, base, kwargs):
+    self.base = base
+    self.kwargs = kwargs
+
+  def __repr__(self):
+    return f'{self.base!r}.partial(**{self.kwargs!r})'
+
+
+def legacy_attention_partial(base, **kwargs):
+  """Legacy ``attention_class.partial(**kwargs)`` of a hyper-parameter
+  that holds legacy's attention class (its default): the keywords, kept
+  for the call, which ``legacy_attention_default`` checks and maps."""
+  if isinstance(base, LegacyAttentionPartial):
+    return LegacyAttentionPartial(base.base, {**base.kwargs, **kwargs})
+  return LegacyAttentionPartial(base, dict(kwargs))
+
+
+def legacy_attention_fn(fn):
+  """A legacy ``attention_fn`` as linen's ``attention_fn``.
+
+  Legacy attention called its ``attention_fn(query, key, value, dtype=,
+  axis=, bias=, precision=, dropout_rng=, dropout_rate=,
+  broadcast_dropout=, deterministic=)`` with the mask as an additive bias
+  (``0`` where attended, ``-1e10`` where masked, in the attention dtype)
+  and the attention axes; linen calls its ``attention_fn`` with the
+  boolean ``mask`` and no axes.  The function returned takes linen's
+  arguments and calls ``fn`` with legacy's: the bias built as legacy built
+  it, the axes legacy's default (every axis between the batch and the
+  heads), ``dtype`` legacy's default float32 where linen passes None.
+  """
+  def attention(query, key, value, mask=None, dropout_rng=None,
+                dropout_rate=0., broadcast_dropout=True, deterministic=False,
+                dtype=None, precision=None):
+    if dtype is None:
+      dtype = jnp.float32
+    bias = None
+    if mask is not None:
+      bias = jnp.where(mask, jnp.zeros((), dtype),
+                       jnp.full((), -1e10, dtype)).astype(dtype)
+    return fn(query, key, value, dtype=dtype,
+              axis=tuple(range(1, query.ndim - 2)), bias=bias,
+              precision=precision, dropout_rng=dropout_rng,
+              dropout_rate=dropout_rate, broadcast_dropout=broadcast_dropout,
+              deterministic=deterministic)
+  attention.__name__ = getattr(fn, '__name__', 'attention')
+  # (no __wrapped__: linen reads this function's own signature to choose
+  # the keywords it passes)
+  attention.legacy_attention_fn = fn
+  return attention
+
+
+def legacy_dot_product_attention(query, key, value, dtype=jnp.float32,
+                                 bias=None, axis=None, broadcast_dropout=True,
+                                 dropout_rng=None, dropout_rate=0.,
+                                 deterministic=False, precision=None):
+  """Legacy ``nn.attention.dot_product_attention``, with its interface.
+
+  ``query`` / ``key`` / ``value``: ``[batch, dims..., heads, depth]``;
+  the softmax runs jointly over the attention ``axis`` (default: every
+  axis between the batch and the heads), ``bias`` (legacy's additive mask)
+  is added to the scaled logits.  Linen's ``dot_product_attention`` takes
+  a boolean ``mask`` and attends over one axis; this keeps legacy's
+  arguments for code that calls it, or hands it around as an
+  ``attention_fn`` (``legacy_attention_fn`` adapts it to linen's
+  attention).  Dropout needs ``dropout_rng`` (legacy drew one from its
+  implicit stream).
+  """
+  if key.shape[:-1] != value.shape[:-1]:
+    raise ValueError(f'key {key.shape} and value {value.shape} differ before '
+                     'the last axis')
+  if query.shape[:1] != key.shape[:1] or query.shape[-1] != key.shape[-1]:
+    raise ValueError(f'query {query.shape} and key {key.shape}: batch and '
+                     'depth must agree')
+  if not query.ndim == key.ndim == value.ndim:
+    raise ValueError('query, key and value must have the same rank')
+  n = query.ndim
+  if axis is None:
+    axis = tuple(range(1, n - 2))
+  elif isinstance(axis, int):
+    axis = (axis,)
+  axis = tuple(axis)
+  if not all(n >= 3 and 1 <= a < n - 2 for a in axis):
+    raise ValueError('Attention axis must be between the batch axis and the '
+                     'last-two axes.')
+  rest = tuple(a for a in range(n - 1) if a not in axis)  # batch.., heads
+  nb, na = len(rest), len(axis)
+  order = rest + axis + (n - 1,)
+  q = jnp.transpose(query, order)
+  k = jnp.transpose(key, order)
+  v = jnp.transpose(value, rest + (n - 1,) + axis)
+  q = q / jnp.sqrt(query.shape[-1]).astype(dtype)
+  batch_dims = tuple(range(nb))
+  # [rest..., q positions..., k positions...]
+  logits = lax.dot_general(q, k, (((q.ndim - 1,), (k.ndim - 1,)),
+                                  (batch_dims, batch_dims)),
+                           precision=precision)
+  if bias is not None:
+    logits = logits + bias
+  kdims = tuple(range(logits.ndim - na, logits.ndim))
+  weights = jax.nn.softmax(logits, axis=kdims).astype(dtype)
+  if not deterministic and dropout_rate > 0.:
+    if dropout_rng is None:
+      raise ValueError('legacy_dot_product_attention: dropout needs '
+                       'dropout_rng (legacy drew it from nn.make_rng())')
+    keep_prob = 1.0 - dropout_rate
+    shape = weights.shape
+    if broadcast_dropout:
+      shape = (1,) * nb + shape[nb:]
+    keep = jax.random.bernoulli(dropout_rng, keep_prob, shape)
+    weights = weights * (keep.astype(weights.dtype)
+                         / jnp.asarray(keep_prob, dtype=dtype))
+  # contract the key positions with value's trailing axes:
+  # [rest..., q positions..., depth]
+  out = lax.dot_general(weights, v, ((kdims, tuple(range(v.ndim - na,
+                                                          v.ndim))),
+                                     (batch_dims, batch_dims)),
+                        precision=precision)
+  inverse = [0] * n
+  for i, a in enumerate(order):
+    inverse[a] = i
+  return jnp.transpose(out, inverse)

@@ -57,7 +57,29 @@ def _full_name(node):
 # is ``nn.X``); ``base.Module`` is left to the class rules, which name it
 BASE_REEXPORTS = frozenset(('Model', 'Collection', 'capture_module_outputs',
                             'module', 'stateful', 'get_state',
-                            'module_method'))
+                            'module_method', 'stochastic'))
+# what legacy ``flax.nn`` re-exported from its other submodules: each
+# ``nn.<submodule>.X`` here is ``nn.X`` (legacy-surface: the names of both
+# modules); ``Module`` is left to the class rules, which name it
+SUBMODULE_REEXPORTS = {
+    'base': BASE_REEXPORTS,
+    'activation': frozenset((
+        'celu', 'elu', 'gelu', 'glu', 'leaky_relu', 'log_sigmoid',
+        'log_softmax', 'relu', 'sigmoid', 'silu', 'soft_sign', 'softmax',
+        'softplus', 'swish', 'tanh')),
+    'attention': frozenset((
+        'MultiHeadDotProductAttention', 'SelfAttention',
+        'dot_product_attention', 'DenseGeneral', 'Collection', 'make_rng',
+        'softmax')),
+    'linear': frozenset(('Conv', 'ConvTranspose', 'Dense', 'DenseGeneral',
+                         'Embed')),
+    'normalization': frozenset(('BatchNorm', 'GroupNorm', 'LayerNorm')),
+    'pooling': frozenset(('avg_pool', 'max_pool')),
+    'recurrent': frozenset(('ConvLSTM', 'GRUCell', 'LSTMCell',
+                            'OptimizedLSTMCell')),
+    'stochastic': frozenset(('dropout', 'is_stochastic', 'make_rng',
+                             'stochastic')),
+}
 
 
 def legacy_attr(node, prefixes):
@@ -74,8 +96,8 @@ def legacy_attr(node, prefixes):
     if name.startswith(p + '.'):
       attr = name[len(p) + 1:]
       head, _, rest = attr.partition('.')
-      if head == 'base' and rest in BASE_REEXPORTS:
-        return rest  # nn.base.Model is nn.Model
+      if rest in SUBMODULE_REEXPORTS.get(head, ()):
+        return rest  # nn.base.Model is nn.Model, nn.linear.Dense nn.Dense
       return attr
   return None
 

@@ -76,6 +76,17 @@ LEGACY_HELPERS = {
     'normalization._absolute_dims': 'absolute_dims',
 }
 
+# legacy functions flaxlegacy ships with their legacy interface (plain JAX,
+# importable with FLAXLEGACY=off): legacy attr -> the helper's full name,
+# imported by name where the legacy function is referenced
+LEGACY_FUNCTIONS = {
+    'dot_product_attention': 'flaxlegacy.migrate.upgraded_attention.'
+                             'legacy_dot_product_attention',
+    'attention.dot_product_attention': 'flaxlegacy.migrate.'
+                                       'upgraded_attention.'
+                                       'legacy_dot_product_attention',
+}
+
 # linen layers flaxlegacy ships for the rewrite (plain linen, importable with
 # FLAXLEGACY=off): the constructor the rewrite writes -> its full name
 SHIPPED = {

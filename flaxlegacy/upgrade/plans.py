@@ -782,12 +782,17 @@ class PartialModule:
   ``direct_layer``: ``module`` is the layer itself (the keywords the
   target needs for the legacy numbers are added); ``runtime``: X holds
   one of several module classes known only when the code runs, which
-  class deciding which keywords are fields."""
+  class deciding which keywords are fields; ``renamed_for``: the legacy
+  layers X may hold next to module classes, for which the keywords of
+  ``renames`` (legacy -> linen) take their linen spelling when the code
+  runs (the classes keep the legacy one)."""
   module: ModuleRef
   hypers: Tuple[Hyper, ...]
   layer: Any = None
   direct_layer: bool = False
   runtime: bool = False
+  renamed_for: Tuple[Any, ...] = ()
+  renames: Tuple[Tuple[str, str], ...] = ()
 
 
 @_plan
@@ -904,7 +909,10 @@ class Attention:
   ``auto_name``: the AutoName to add, or None; ``guard``: (field, the
   callee as rewritten) where the call goes through a field whose default
   is legacy's attention class, checked to hold it when the code runs,
-  or None."""
+  or None; ``attention_fn``: the legacy ``attention_fn`` the call gives
+  (called by the target through an adapter to legacy's keyword
+  interface), or None (none, or legacy's own dot_product_attention, the
+  target's default)."""
   call: Any
   inputs_q: Any
   args: Tuple[Tuple[str, Any], ...]
@@ -916,6 +924,18 @@ class Attention:
   name: Any = None
   auto_name: Optional[AutoName] = None
   guard: Optional[Tuple[str, Any]] = None
+  attention_fn: Any = None
+
+
+@_plan
+class AttentionPartial:
+  """Legacy ``field.partial(k=v, ...)`` of a hyper-parameter whose
+  default is legacy's attention class: the keywords kept for the call
+  through the field (checked and mapped when the code runs).  ``call``:
+  the legacy call as rewritten so far; ``receiver``: the field's value as
+  rewritten."""
+  call: Any
+  receiver: Any
 
 
 # -- the attention cache in module bodies (rules/attention_cache.py) --

@@ -437,6 +437,22 @@ class LinenEmitter:
         args = add_layer_defaults(layer, args)
       args = [a.with_changes(value=renamed_kwargs(layer, a.value))
               if a.star == '**' else a for a in args]
+    if plan.renamed_for:
+      # the layers' linen classes: the keywords renamed where X is one
+      self._ctx.needed_defs[RENAMED_PARTIAL_HELPER] = (
+          RENAMED_PARTIAL_HELPER_SRC)
+      code = cst.Module([]).code_for_node
+      classes = [code(self.layer_base(plans.LayerBase(layer=layer)))
+                 for layer in plan.renamed_for]
+      layers = cst_util.expr('(' + ', '.join(classes) + (
+          ',)' if len(classes) == 1 else ')'))
+      table = cst_util.expr('{' + ', '.join(
+          f'{k!r}: {v!r}' for k, v in plan.renames) + '}')
+      return cst.Call(func=cst.Name(RENAMED_PARTIAL_HELPER),
+                      args=cst_util.clean_args(
+                          [cst_util.arg(self.module_expr(plan.module)),
+                           cst_util.arg(layers), cst_util.arg(table)]
+                          + args))
     if plan.runtime:
       self._ctx.needed_imports.add(PARTIAL_HELPER)
       func = PARTIAL_HELPER.rsplit('.', 1)[1]
@@ -567,6 +583,12 @@ class LinenEmitter:
         ctor.append(_keyword(a, ATTENTION_CTOR[k]))
       elif k in ATTENTION_MASK_ARGS:
         mask_args.append(_keyword(a, k))
+      elif k == 'attention_fn' and plan.attention_fn is not None:
+        # linen calls it with its own keywords: an adapter to legacy's
+        self._ctx.needed_imports.add(ATTENTION_FN_HELPER)
+        ctor.append(_keyword(a.with_changes(value=cst.Call(
+            func=cst.Name(ATTENTION_FN_HELPER.rsplit('.', 1)[1]),
+            args=[cst.Arg(plan.attention_fn)])), 'attention_fn'))
     given = plan.given
     if 'dropout_rate' in given and 'deterministic' not in given and (
         plan.splat is None):
@@ -625,6 +647,18 @@ class LinenEmitter:
         func=func, args=cst_util.clean_args(ctor),
         whitespace_before_args=plan.call.whitespace_before_args),
                     args=cst_util.clean_args(call))
+
+  def attention_partial(self, plan):
+    """AttentionPartial -> ``legacy_attention_partial(field, k=v, ...)``:
+    the keywords kept for the guarded call (``legacy_attention_default``
+    maps them to linen's fields when the code runs)."""
+    self._ctx.needed_imports.add(ATTENTION_PARTIAL_HELPER)
+    return cst.Call(
+        func=cst.Name(ATTENTION_PARTIAL_HELPER.rsplit('.', 1)[1]),
+        args=[cst.Arg(plan.receiver, comma=cst.Comma(
+            whitespace_after=cst.SimpleWhitespace(' ')))] + list(
+                plan.call.args),
+        whitespace_before_args=plan.call.whitespace_before_args)
 
   # -- the attention cache in module bodies --
   def cache_entry(self, plan):
@@ -774,6 +808,28 @@ def _legacy_kwargs(kwargs, names, catch_all=None, extra=None, elsewhere=None):
 '''
 
 
+# X.partial(...) of a value holding linen layers or module classes
+# (plans.PartialModule ``renamed_for``), written once into an upgraded file
+RENAMED_PARTIAL_HELPER = '_legacy_partial'
+RENAMED_PARTIAL_HELPER_SRC = '''
+
+# Written by flaxlegacy upgrade: a legacy X.partial(...) of a value that
+# holds a linen layer (whose legacy keywords linen spells otherwise) or a
+# module class of this code, which one known only at run time.
+def _legacy_partial(module, layers, renames, /, **kwargs):
+  """``functools.partial(module, **kwargs)``, the keywords named in
+  ``renames`` given their linen spelling where ``module`` is one of the
+  linen ``layers`` (a subclass, or a partial of one)."""
+  import functools  # pylint: disable=g-import-not-at-top
+  cls = module
+  while not isinstance(cls, type) and hasattr(cls, 'func'):
+    cls = cls.func
+  if isinstance(cls, type) and issubclass(cls, layers):
+    kwargs = {renames.get(k, k): v for k, v in kwargs.items()}
+  return functools.partial(module, **kwargs)
+'''
+
+
 # the split of a submodule call whose class is known only at run time
 # (plans.RuntimeSubmoduleCall), written once into an upgraded file
 RUNTIME_CALL_HELPER = '_legacy_module_call'
@@ -850,6 +906,8 @@ ATTENTION_CTOR = {'num_heads': 'num_heads', 'dtype': 'dtype',
         'dropout_rate': 'dropout_rate', 'deterministic': 'deterministic',
         'precision': 'precision', 'kernel_init': 'kernel_init',
         'bias_init': 'bias_init', 'bias': 'use_bias'}
+# (upgraded_attention.LEGACY_ATTENTION_FIELDS is the same map, for the code
+# the upgrade writes; this module does not import JAX)
 # the legacy parameters of the mask
 ATTENTION_MASK_ARGS = ('attention_axis', 'causal_mask', 'padding_mask',
              'key_padding_mask', 'segmentation', 'key_segmentation')
@@ -860,6 +918,10 @@ ATTENTION_MASK_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                          'legacy_attention_mask')
 ATTENTION_GUARD_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
                           'legacy_attention_default')
+ATTENTION_FN_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                       'legacy_attention_fn')
+ATTENTION_PARTIAL_HELPER = ('flaxlegacy.migrate.upgraded_attention.'
+                            'legacy_attention_partial')
 
 
 # the run-time map of a dict splatted into an attention call, written

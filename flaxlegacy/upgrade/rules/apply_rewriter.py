@@ -47,6 +47,7 @@ from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import _shared
+from flaxlegacy.upgrade.rules import attention
 from flaxlegacy.upgrade.rules import attention_cache
 from flaxlegacy.upgrade.rules import autoname_stack
 from flaxlegacy.upgrade.rules import constructors
@@ -258,6 +259,7 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
     if attention_cache.module_call_shape(self, node):
       self._cache_calls.add(id(node.func))
     ref = self.resolver(node.func)
+    attention.visit_call(self, node, ref)
     if ref is not None:
       self._handled.add(id(node.func))
       root = constructors.partial_root(ref) if ref.kind == 'partial' else ref

@@ -31,7 +31,11 @@ bias=False, cache=cache)`` becomes::
   their attention config): split when the call runs by
   ``_legacy_attention_kwargs``, written into the file (linen names for the
   constructor, the mask's arguments apart, a TypeError for the rest).
-* Left with a TODO: ``attention_fn=``, ``*args`` / several ``**kwargs``,
+* ``attention_fn=``: legacy's own ``dot_product_attention`` is dropped
+  (the target's default); any other function is handed to linen through
+  ``legacy_attention_fn`` (upgraded_attention.py), which calls it with
+  legacy's keywords (``axis=``, the mask as legacy's ``-1e10`` bias).
+* Left with a TODO: ``*args`` / several ``**kwargs``,
   positional arguments legacy would reject, and inputs that are not plain
   variables (the mask needs them a second time).
 
@@ -46,7 +50,9 @@ import libcst as cst
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors.usage import ATTENTION  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.emit.linen import ATTENTION_CTOR  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.emit.linen import ATTENTION_MASK_HELPER  # pylint: disable=g-importing-member
+from flaxlegacy.upgrade.emit.linen import ATTENTION_PARTIAL_HELPER  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention_cache
 
@@ -142,6 +148,27 @@ def field_attention(resolver, expr):
   return _shared.Ref('attention', attr, name), None
 
 
+def field_partial(up, original, updated, ref):
+  """``field.partial(k=v, ...)`` of a hyper-parameter that defaults to
+  legacy's attention class (``ref`` from ``field_attention``): the
+  keywords are kept for the call, which ``field_attention`` rewrites behind
+  its run-time check; None where a keyword has no linen counterpart (or is
+  positional or splatted), for the caller's TODO."""
+  if ref.extra is None:
+    return None
+  for a in updated.args:
+    k = cst_util.kw(a)
+    if a.star or k is None or (k != 'attention_fn'
+                               and k not in ATTENTION_CTOR):
+      return None
+  up.rewrote(original, 'attention', f'{ref.extra}.partial(...) of legacy '
+             f'{ref.target} -> its keywords, kept for the checked call')
+  up.ctx.report.rewritten[-1]['shipped'] = (
+      ATTENTION_PARTIAL_HELPER)
+  return up.emit.attention_partial(plans.AttentionPartial(
+      call=updated, receiver=updated.func.value))
+
+
 def _assigned_values(fn, name):
   """The values ``name = value`` statements of ``fn``'s body bind."""
   out = []
@@ -172,6 +199,37 @@ def _names(target):
   if isinstance(target, cst.StarredElement):
     return _names(target.value)
   return []
+
+
+# legacy's own attention function, the default of its attention calls
+_DOT_PRODUCT = ('dot_product_attention', 'attention.dot_product_attention')
+
+
+def _legacy_dot_product(up, expr):
+  """Whether ``expr`` is legacy's ``dot_product_attention``."""
+  if cst_util.legacy_attr(expr, up.ctx.facts.nn_prefixes) in _DOT_PRODUCT:
+    return True
+  values = (up.flow_values(expr) or ()) if isinstance(expr, cst.Name) else ()
+  return bool(values) and all(
+      v[0] == 'ext' and any(v[1] == home + 'dot_product_attention'
+                            for home in _LEGACY_ATTENTION_HOMES)
+      for v in values)
+
+
+def visit_call(up, node, ref):
+  """Before the arguments are rewritten: legacy's own
+  ``dot_product_attention`` given as a legacy attention call's
+  ``attention_fn=`` is dropped by ``rewrite`` (the target's default), so
+  the reference itself needs no rewrite (nor its TODO)."""
+  if ref is None or ref.kind != 'attention':
+    return
+  for a in node.args:
+    if (a.keyword is not None and a.keyword.value == 'attention_fn'
+        and _legacy_dot_product(up, a.value)):
+      v = a.value
+      while isinstance(v, cst.Attribute):
+        up._handled.add(id(v))  # pylint: disable=protected-access
+        v = v.value
 
 
 def rewrite(up, original, updated, attr, guard=None):
@@ -218,11 +276,9 @@ def rewrite(up, original, updated, attr, guard=None):
   if 'inputs_q' not in bound or ('num_heads' not in bound and splat is None):
     up.todo(original, f'nn.{attr} without inputs or num_heads')
     return updated
-  if 'attention_fn' in bound:
-    up.todo(original, f'nn.{attr}(attention_fn=...): a legacy attention_fn '
-            'takes the legacy keyword interface (axis=, bias=); port it to '
-            "linen's attention_fn by hand")
-    return updated
+  attention_fn = bound.get('attention_fn')
+  if attention_fn is not None and _legacy_dot_product(up, attention_fn):
+    attention_fn = None  # legacy's default: the target's own
   q = bound['inputs_q']
   kv = bound.get('inputs_kv')
   if kv is not None and _is_none(kv):
@@ -251,5 +307,5 @@ def rewrite(up, original, updated, attr, guard=None):
       call=updated, inputs_q=q, inputs_kv=kv,
       args=tuple(zip(keys, args)), given=tuple(bound), splat=splat,
       cache=cache, dropout_rng=bound.get('dropout_rng'), name=name_arg,
-      auto_name=auto,
+      auto_name=auto, attention_fn=attention_fn,
       guard=None if guard is None else (guard, updated.func)))

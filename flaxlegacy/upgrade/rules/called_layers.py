@@ -39,13 +39,19 @@ auto-name ``<Class>_<n>`` from the body's counter: only a module takes a
 number, as in legacy) and calls it on the inputs; a plain function is
 called with the arguments as written.
 
-Not rewritten (the call keeps a TODO): a value the facts do not know, a
-legacy layer the upgrade ships its own linen version of (``GroupNorm``)
-held bare, not through a ``.partial`` with keywords, a layer without an argument linen
-needs for the legacy numbers (``use_running_average``), a keyword a layer
-spells otherwise in linen (``bias`` -> ``use_bias``: the spelling depends
-on the class), ``*args`` / ``**kwargs``, positions the classes name
-differently.
+A value the facts do not follow (a caller's argument) next to known ones
+is served by the same split: at run time it is a linen module class or a
+partial of one (split by its own fields), a function (called as written),
+or something that cannot be called (a TypeError, as in legacy); only the
+names of positional hyper-parameters come from the known values, so a call
+passing any keeps a TODO there.
+
+Not rewritten (the call keeps a TODO): a legacy layer the upgrade ships
+its own linen version of (``GroupNorm``) held bare, not through a
+``.partial`` with keywords, a layer without an argument linen needs for
+the legacy numbers (``use_running_average``), a keyword a layer spells
+otherwise in linen (``bias`` -> ``use_bias``: the spelling depends on the
+class), ``*args`` / ``**kwargs``, positions the classes name differently.
 """
 
 
@@ -72,10 +78,14 @@ class Values:
   problems = ()
   name = None
 
-  def __init__(self, layers, infos, funcs):
+  def __init__(self, layers, infos, funcs, unknown=False):
     self.layers = layers
     self.infos = infos
     self.funcs = funcs
+    # a value the facts do not follow (a caller's argument ...) is among
+    # them: the run time's split serves it too, but only the known values
+    # name the positions (see ``call``)
+    self.unknown = unknown
 
 
 def check(codebase, values):
@@ -85,10 +95,12 @@ def check(codebase, values):
   if not values:
     return None, None
   usable = flow_lib.usable(values, None, getattr(codebase, 'flow', None))
-  layers, infos, funcs = [], [], False
+  layers, infos, funcs, unknown = [], [], False, False
   for v in sorted(usable, key=repr):
     if v[0] in FUNCTION_KINDS:
       funcs = True
+    elif v == flow_lib.UNKNOWN:
+      unknown = True
     elif v[0] == 'layer':
       layer = layer_table.LAYERS.get(v[1])
       if layer is None or layer.linen in layer_table.SHIPPED and not v[2]:
@@ -110,7 +122,8 @@ def check(codebase, values):
       return None, None
   if not layers and not infos:
     return None, None
-  return _shared.Ref('class', Values(layers, infos, funcs), EXTRA), None
+  return _shared.Ref('class', Values(layers, infos, funcs, unknown),
+                     EXTRA), None
 
 
 def with_functions(codebase, values):
@@ -191,6 +204,13 @@ def call(up, original, updated, ref):
   if not positional or args.index(positional[-1]) != len(positional) - 1:
     up.todo(original, f'{name!r}: a legacy module call needs its input '
             'first: rewrite its calls by hand')
+    return updated
+  if values.unknown and len(positional) > 1:
+    up.todo(original, f'{name!r} holds legacy layers or modules, and a '
+            'value the upgrade does not know: the positional '
+            'hyper-parameters are named by the known classes only, and '
+            'that value may name them otherwise: rewrite its calls by hand '
+            '(or pass them by keyword)')
     return updated
   names, why = _positional_names(values, len(positional))
   keys = [a.keyword.value for a in keywords]

@@ -431,15 +431,17 @@ def convert(up, info, new_body, methods):
 
 
 def _with_todos(up, body, todos):
-  """``todos``: method name -> TODO texts, written above each method."""
+  """``todos``: method name -> (its line as written, TODO texts), written
+  above each method."""
   if not todos:
     return body
   out = []
   for s in body:
     if isinstance(s, cst.FunctionDef) and s.name.value in todos:
-      for why in todos[s.name.value]:
-        up.ctx.report.left.append({'line': up._line_of(s), 'why': why})  # pylint: disable=protected-access
-      s = cst_util.add_todos(s, todos[s.name.value])
+      line, whys = todos[s.name.value]
+      for why in whys:
+        up.ctx.report.left.append({'line': line, 'why': why})
+      s = cst_util.add_todos(s, whys)
     out.append(s)
   return out
 
@@ -474,7 +476,8 @@ def _shared_form(up, info, new_body, methods):
       return None, f'module method {m.name.value}: {dropped}'
     converted[id(m)] = new
     if why:
-      todos[m.name.value] = why
+      # the line of the method as written (the converted one has none)
+      todos[m.name.value] = (up._line_of(m), why)  # pylint: disable=protected-access
   body = [converted.get(id(s), s) for s in new_body]
   call = next((s for s in body if isinstance(s, cst.FunctionDef)
                and s.name.value == '__call__'), None)
@@ -527,7 +530,8 @@ def _setup_form(up, info, new_body, methods):
       return None, f'module method {m.name.value}: {dropped}'
     converted[id(m)] = new
     if why:
-      todos[m.name.value] = why
+      # the line of the method as written (the converted one has none)
+      todos[m.name.value] = (up._line_of(m), why)  # pylint: disable=protected-access
     if dropped:
       notes.append(f'{m.name.value}: parameters {dropped} are fields')
   body = [converted.get(id(s), s) for s in new_body]

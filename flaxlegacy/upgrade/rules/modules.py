@@ -141,6 +141,30 @@ def _fields(up, info):
   return out, None
 
 
+def _kept_decorators(up, written, name, call, decorators, call_fn):
+  """``call_fn`` with ``decorators`` -- the ones legacy's ``apply`` or
+  ``@nn.module`` function carried besides ``nn.module`` (gfsa's
+  ``@gin.configurable("Name")``) -- kept under ``compact``, and a TODO: what
+  they wrap saw every hyper-parameter, and the ones that are fields now are
+  out of their reach (a gin binding of one fails)."""
+  if not decorators:
+    return call_fn
+  srcs = ', '.join('@' + cst_util.code(d.decorator) for d in decorators)
+  up.todo(written, f'{name} is decorated ({srcs}): kept on __call__, which '
+          f'takes {tuple(call)} now; the fields are out of its reach (a gin '
+          'binding of one fails): port by hand')
+  return call_fn.with_changes(
+      decorators=list(call_fn.decorators) + list(decorators))
+
+
+def _is_nn_module_decorator(up, decorator):
+  """Whether ``decorator`` is legacy's ``@nn.module``."""
+  name = cst_util.dotted(decorator.decorator) or ''
+  return name in ('flax.nn.module', 'flax.deprecated.nn.module') or (
+      cst_util.legacy_attr(decorator.decorator,
+                           up.ctx.facts.nn_prefixes) == 'module')
+
+
 def _module_base(base, up):
   """The ModuleBase plan of a base Arg that is legacy's ``nn.Module`` /
   ``nn.base.Module`` spelled in a way the rewritten imports do not cover
@@ -202,6 +226,8 @@ def convert_class(up, node, info, plain=False):
       plan = None
       node, others = helpers.convert_helpers(up, node, info, apply, others)
   call_fn, rw = _body_of(up, info, plan.apply if plan else apply, plan)
+  call_fn = _kept_decorators(up, written, f'{info.name}.apply', info.call,
+                             apply.decorators, call_fn)
   helper_defs = plan.finish(up, node, info, rw) if plan else {}
   others = plan.left if plan else others
   new_body = []
@@ -285,6 +311,14 @@ def convert_function(up, node, info):
   cls = up.emit.module_class(plans.ModuleClass(
       name=info.name, fields=tuple(fields), call=call_plan,
       leading_lines=node.leading_lines))
+  others = [d for d in node.decorators if not _is_nn_module_decorator(up, d)]
+  if others:
+    body = [_kept_decorators(up, node, f'@nn.module {info.name}', info.call,
+                             others, stmt)
+            if isinstance(stmt, cst.FunctionDef)
+            and stmt.name.value == '__call__' else stmt
+            for stmt in cls.body.body]
+    cls = cls.with_changes(body=cls.body.with_changes(body=body))
   up.rewrote(node, 'module_function', f'@nn.module {info.name} -> class')
   up.ctx.report.modules.append(info.report())
   return cls

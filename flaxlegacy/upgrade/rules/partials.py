@@ -170,6 +170,8 @@ def _classes_partial(up, original, updated):
   if not vals:
     return updated
   kinds = {v[0] for v in vals}
+  if _mixed(vals):
+    return _mixed_partial(up, original, updated, vals)
   if 'class' not in kinds or not kinds <= {'class', 'unknown'}:
     return updated
   args = list(updated.args)
@@ -202,3 +204,80 @@ def _classes_partial(up, original, updated):
       module=plans.ModuleRef(expr=updated.func.value),
       hypers=tuple(plans.Hyper(cst_util.kw(a) or a.star, a) for a in args),
       runtime=runtime))
+
+
+def _mixed(vals):
+  kinds = {v[0] for v in vals}
+  return 'layer' in kinds and kinds <= {'class', 'layer'} and len(vals) > 1
+
+
+def mixed_partial(up, original, updated):
+  """In a module body: ``X.partial(k=v)`` where X holds legacy layers and
+  module classes (``_mixed_partial``), or None where X holds something
+  else; ``updated`` after a TODO where the rewrite is not certain (it was
+  left as written, a ``.partial`` linen classes do not have)."""
+  vals = up.flow_values(original.func.value) if hasattr(
+      up, 'flow_values') else None
+  vals = flow_lib.usable(vals or (), 'partial',
+                         getattr(up.ctx.codebase, 'flow', None))
+  if not _mixed(vals):
+    return None
+  new = _mixed_partial(up, original, updated, vals)
+  if new is updated:
+    up.todo(original, f'{up.ctx.code_of(original.func)}(...): '
+            f'{up.ctx.code_of(original.func.value)!r} holds legacy layers '
+            'and module classes, and these keywords cannot be bound for '
+            'both (a keyword some class takes at its call, a splatted '
+            'dict, a layer lacking an argument linen needs): rewrite it by '
+            'hand')
+  return new
+
+
+def _mixed_partial(up, original, updated, vals):
+  """``X.partial(k=v)`` where X holds legacy layers and module classes of
+  the codebase (``conv = StdConv if ws else nn.Conv``), all known:
+  ``functools.partial(X, k=v)`` where every class spells the keywords
+  alike, else (a layer keyword linen spells otherwise: ``bias`` ->
+  ``use_bias``) a partial that gives them the linen spelling where X holds
+  one of the layers when the code runs (``_legacy_partial``); keywords
+  that a class takes at its call, a splatted dict, or a layer lacking an
+  argument linen needs for the legacy numbers: the TODO stays."""
+  args = list(updated.args)
+  if any(a.keyword is None or a.star for a in args):
+    return updated
+  keys = [a.keyword.value for a in args if a.keyword.value != 'name']
+  layers, renames = [], {}
+  for v in sorted(vals, key=repr):
+    if v[0] == 'layer':
+      layer = layer_table.LAYERS.get(v[1])
+      if layer is None or layer.linen in layer_table.SHIPPED and not v[2]:
+        return updated  # (the shipped version only through a .partial)
+      if any(k not in layer.params
+             or (layer.legacy, k) in layer_table.UNSUPPORTED_ARGS
+             for k in keys):
+        return updated
+      if any(k not in v[2] and k not in keys for k in layer.add_kwargs):
+        return updated
+      for k in keys:
+        if renames.setdefault(k, layer_table.linen_kwarg(layer, k)) != (
+            layer_table.linen_kwarg(layer, k)):
+          return updated  # (layers spelling a keyword differently)
+      if layer not in layers:
+        layers.append(layer)
+    else:
+      f = up.ctx.codebase.files.get(v[1])
+      info = f.modules.get(v[2]) if f is not None else None
+      if info is None or info.problems or info.var_kw:
+        return updated
+      if any(k not in info.fields for k in keys):
+        return updated  # a call keyword: split by class at run time
+  renames = {k: r for k, r in renames.items() if k != r}
+  up.rewrote(original, 'partial', '.partial of a value holding legacy '
+             'layers and module classes -> ' + (
+                 'a partial renaming layer keywords at run time' if renames
+                 else 'functools.partial'))
+  return up.emit.partial_module(plans.PartialModule(
+      module=plans.ModuleRef(expr=updated.func.value),
+      hypers=tuple(plans.Hyper(cst_util.kw(a), a) for a in args),
+      renamed_for=tuple(layers) if renames else (),
+      renames=tuple(sorted(renames.items()))))

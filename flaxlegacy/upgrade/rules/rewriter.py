@@ -201,7 +201,15 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
   def visit_Attribute(self, node):
     # nn.linear._conv_dimension_numbers: the module part is consumed too
     attr = cst_util.legacy_attr(node, self.ctx.facts.nn_prefixes)
-    if attr in layer_table.LEGACY_HELPERS or attr in SAME_ATTRS_IN_LINEN:
+    if (attr in layer_table.LEGACY_HELPERS or attr in SAME_ATTRS_IN_LINEN
+        or attr in layer_table.LEGACY_FUNCTIONS):
+      self._handled.add(id(node.value))
+    elif (attr is not None and '.' not in attr
+          and isinstance(node.value, cst.Attribute)
+          and node.value.attr.value in cst_util.SUBMODULE_REEXPORTS
+          and cst_util.legacy_attr(node.value, self.ctx.facts.nn_prefixes)
+          == node.value.attr.value):
+      # nn.linear.Dense is nn.Dense: its module part is no name of its own
       self._handled.add(id(node.value))
     return True
 
@@ -249,6 +257,14 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
                    f'{fn}')
       self.ctx.report.rewritten[-1]['shipped'] = full
       return jax_names.expr(f'upgraded_layers.{fn}')
+    if attr in layer_table.LEGACY_FUNCTIONS and (
+        id(original_node) not in self._handled):
+      full = layer_table.LEGACY_FUNCTIONS[attr]
+      self.ctx.needed_imports.add(full)
+      self.rewrote(original_node, 'layers', f'nn.{attr} -> the legacy '
+                   f'function, shipped ({full.rsplit(".", 1)[1]})')
+      self.ctx.report.rewritten[-1]['shipped'] = full
+      return cst.Name(full.rsplit('.', 1)[1])
     if (attr is not None and id(original_node) not in self._handled
         and attr not in SAME_ATTRS_IN_LINEN):
       head = attr.split('.')[0]

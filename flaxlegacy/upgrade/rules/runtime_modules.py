@@ -96,3 +96,36 @@ def call(up, original, updated, ref, auto_name):
   return up.emit.runtime_submodule_call(plans.RuntimeSubmoduleCall(
       module=updated.func, input=positional[0], keywords=tuple(kwargs),
       name=name))
+
+
+def unknown_positions(up, original, ref):
+  """Why a call of a hyper-parameter (``ref``: Ref('class', default,
+  'field'), the class whose signature the call is rewritten by) keeps a
+  TODO: the codebase gives it a value the facts do not follow and the call
+  passes hyper-parameters by position, which the default names (another
+  class may name the same positions otherwise: ``Wide(x, width, depth)``
+  by default, ``Deep(x, depth, width)`` from a caller would get the
+  default's names, silently); None where nothing rules the rewrite out.
+  By keyword, another class's split differs from the default's only where
+  the rewritten call fails (a field given to ``__call__`` or the reverse:
+  a TypeError), so those calls keep the default's split."""
+  if ref is None or ref.kind != 'class' or ref.extra != 'field':
+    return None
+  values = up.flow_values(original.func) if hasattr(up,
+                                                    'flow_values') else None
+  usable = flow_lib.usable(values or (), None,
+                           getattr(up.ctx.codebase, 'flow', None))
+  if flow_lib.UNKNOWN not in usable:
+    return None
+  info = ref.target
+  positional = [a for a in original.args if a.keyword is None and not a.star]
+  sig = [p for p in info.params if p not in info.kwonly]
+  named = [p for p in sig[1:len(positional)] if p in info.fields]
+  if not named:
+    return None
+  return (f'{up.ctx.code_of(original.func)!r} holds {info.name} by default '
+          'and a value the upgrade does not know (a caller\'s): the '
+          f'hyper-parameters passed by position ({", ".join(named)}) are '
+          f'named by {info.name}\'s signature, and another class may name '
+          'them otherwise: pass them by keyword, or rewrite its calls by '
+          'hand')

@@ -97,6 +97,11 @@ class InstanceRules:
     if isinstance(f, cst.Attribute) and f.attr.value in ('partial', 'shared'):
       inner = self.resolver.used_as(f.value, f.attr.value)
       if inner is not None and inner.kind == 'attention':
+        new = (attention_rule.field_partial(self, original_node,
+                                            updated_node, inner)
+               if f.attr.value == 'partial' else None)
+        if new is not None:
+          return new
         self.todo(original_node, attention_rule.PARTIAL_TODO.format(
             name=self.ctx.code_of(f.value), attr=inner.target,
             what=f.attr.value))
@@ -106,6 +111,11 @@ class InstanceRules:
         if f.attr.value == 'partial':
           return partials.partial_call(self, original_node, updated_node, inner)
         return self._shared(original_node, updated_node, inner)
+      if inner is None and f.attr.value == 'partial':
+        # legacy layers and module classes (partials.mixed_partial)
+        new = partials.mixed_partial(self, original_node, updated_node)
+        if new is not None:
+          return new
       if f.attr.value == 'shared' and (
           (inner is not None and inner.kind == 'partial')
           or self._legacy_partial(f.value)):

@@ -70,6 +70,10 @@ class ModuleCallRules:
       return runtime_modules.call(
           self, original, updated, ref, lambda: self._auto_name_plan(
               original, None, cst.Module([]).code_for_node(updated.func)))
+    why = runtime_modules.unknown_positions(self, original, ref)
+    if why:
+      self.todo(original, why)
+      return updated
     args = list(updated.args)
     if any(a.star for a in args if a.star == '*'):
       self.todo(original, 'submodule call with *args')

@@ -4,7 +4,8 @@ its parameters now, or a legacy Model kept with a TODO: no single class);
 ``optim.Optimizer`` -> ``train_state.TrainState``, ``optim.DynamicScale``
 -> ``dynamic_scale_lib.DynamicScale`` (table ``LEGACY_TYPES``: the legacy
 containers flax.struct dataclasses name as field types);
-``nn.Collection`` -> ``dict``.
+``nn.Collection`` -> ``dict`` (but ``nn.Collection(...)``, a collection
+built as a value, keeps its name and the module pass's TODO).
 
 A mixin of ``programs.ProgramRewriter``: the hooks count how deep the walk
 is inside a type (``self._in_type``); a legacy type found decides a
@@ -55,6 +56,11 @@ class AnnotationRules:
     name = self.is_optim(original_node)
     if name in LEGACY_OPTIM_TYPES:
       return self.emit.legacy_type(plans.LegacyType(name))
-    if self.is_nn(original_node, 'Collection'):
+    if (self.is_nn(original_node, 'Collection')
+        and id(original_node) not in self._called_funcs):
+      # the type (an annotation, ``isinstance(state, nn.Collection)`` of
+      # a state that is a dict now); a collection built as a value
+      # (``nn.Collection().mutate()``) is a legacy object linen has not:
+      # the module pass's TODO stays
       return self.emit.legacy_type(plans.LegacyType('Collection'))
     return None

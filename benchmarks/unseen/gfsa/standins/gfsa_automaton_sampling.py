@@ -1,0 +1,1 @@
+"""Stand-in for gfsa/automaton_sampling.py (ours, not gfsa's)."""
