@@ -154,12 +154,26 @@ def head_outside(x):
   assert TODO in common and 'nn.Dense(encoded, mlp_dim' in common, common
 
 
-def test_layer_function_with_auto_named_layers_keeps_todo(tmp_path):
+def test_layer_function_with_auto_named_layers(tmp_path):
+  # legacy numbered the unnamed Dense on the calling body's counter: the
+  # calling bodies run in a counter frame and the function
+  # draws from it (rules/autoname_stack.py); it kept a TODO before
   files = dict(FILES)
   files['common.py'] = COMMON.replace(", name='logits')", ')')
-  _, out, _ = upgrade_run.upgrade_dir(tmp_path, files)
+  src, out, _ = upgrade_run.upgrade_dir(tmp_path, files)
   common = (out / 'common.py').read_text()
-  assert TODO in common, common
+  assert TODO not in common, common
+  assert 'legacy_names.autoname_counter()' in common, common
+  assert '@legacy_names.autoname_frame' in (out / 'model.py').read_text()
+  legacy = upgrade_run.run_json(src, RUN, off=False)
+  upgraded = upgrade_run.run_json(out, UPGRADED_RUN, off=True,
+                                  legacy_stream=True)
+  for name in ('enc', 'dual'):
+    assert upgraded[name]['paths'] == legacy[name]['paths']
+    np.testing.assert_allclose(upgraded[name]['y'], legacy[name]['y'],
+                               rtol=1e-6, atol=1e-6)
+  for name in ('enc', 'dual'):
+    assert any(p.startswith("['Dense_0']") for p in legacy[name]['paths'])
 
 
 # A function that makes module references for module bodies (a conv chosen

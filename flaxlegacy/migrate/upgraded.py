@@ -624,3 +624,67 @@ def legacy_known_module(value, known, where):
       f'{where} holds {value!r}: the upgrade from legacy Flax named the '
       f'positional hyper-parameters of its call by the signature of {names}; '
       'pass them by keyword, or port this call by hand')
+
+
+# Legacy auto-names drawn where a plain function or a lambda builds a
+# submodule.  Legacy Flax named an unnamed submodule ``<Class>_<n>`` from
+# one counter of the module whose ``apply`` was running when it was built,
+# also where a plain function (a ``features(x)`` helper) or a lambda made
+# elsewhere (an activation handed to a block) built it.  The upgrade marks
+# each compact method whose run can reach such code with
+# ``@autoname_frame`` (a fresh counter per call, as legacy's per-apply
+# frame), and those bodies, functions and lambdas name the submodule
+# ``f'{Class}_{next(autoname_counter())}'``: the counter of the method
+# running at that moment.  A frame per call, not per instance or global:
+# init, apply, jax.jit of apply and linen's re-tracing each give the same
+# names.
+
+_AUTONAME_FRAMES = []
+
+
+def autoname_frame(method):
+  """Decorates a compact method: each call gets a fresh auto-name counter,
+  which ``autoname_counter()`` returns while the call runs."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import itertools  # pylint: disable=g-import-not-at-top
+
+  @functools.wraps(method)
+  def counted(self, *args, **kwargs):
+    _AUTONAME_FRAMES.append((self, itertools.count()))
+    try:
+      return method(self, *args, **kwargs)
+    finally:
+      _AUTONAME_FRAMES.pop()
+
+  return counted
+
+
+def _running_module():
+  """The linen module whose method runs now, or None where this flax
+  does not say."""
+  try:
+    from flax.linen import module as linen_module  # pylint: disable=g-import-not-at-top
+    stack = linen_module._context.module_stack  # pylint: disable=protected-access
+  except (ImportError, AttributeError):
+    return None
+  return stack[-1] if stack else None
+
+
+def autoname_counter():
+  """The auto-name counter of the ``@autoname_frame`` method running now.
+
+  Raises where none runs, or where the module running now is not the one
+  whose frame is innermost (a method the upgrade did not mark builds the
+  submodule): its legacy name is not known there, so no name is guessed.
+  """
+  running = _running_module()
+  if _AUTONAME_FRAMES:
+    owner, counter = _AUTONAME_FRAMES[-1]
+    if running is None or running is owner:
+      return counter
+  where = (f'in {type(running).__name__}' if running is not None
+           else 'outside any module')
+  raise ValueError(
+      f'a legacy auto-named submodule is built {where}, whose method is not '
+      'marked @autoname_frame: its legacy name is not known here (name it, '
+      'or mark the compact method that runs this code)')

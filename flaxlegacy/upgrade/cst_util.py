@@ -202,6 +202,9 @@ def add_imports(module, needed):
           if s.module is not None and not isinstance(s.names, cst.ImportStar):
             for a in s.names:
               have.add(f'{dotted(s.module)}.{dotted(a.name)}')
+              if a.asname:
+                have.add(f'{dotted(s.module)}.{dotted(a.name)} as '
+                         f'{a.asname.name.value}')
   new = []
   for name in sorted(needed):
     if name in have:
@@ -209,6 +212,14 @@ def add_imports(module, needed):
     if name.startswith('import '):  # a module by its own dotted name
       if name[len('import '):] not in have:
         new.append(cst.parse_statement(name + '\n'))
+      continue
+    if name.startswith('from '):  # a whole line (``from m import x as y``)
+      stmt = cst.parse_statement(name + '\n')
+      imp = stmt.body[0]
+      if not all(f'{dotted(imp.module)}.{dotted(a.name)}' + (
+          f' as {a.asname.name.value}' if a.asname else '') in have
+                 for a in imp.names):
+        new.append(stmt)
       continue
     if '.' in name:
       mod, _, attr = name.rpartition('.')

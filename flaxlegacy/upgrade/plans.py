@@ -213,7 +213,10 @@ class CallMethod:
   inputs that are keyword-only (with ``*args``); ``body``: the rewritten
   body; ``copied_fields``: fields the body assigns, copied to locals
   first; ``autoname_counter``: the name of the one counter the body's
-  run-time auto-names draw from, or None."""
+  run-time auto-names draw from, or None; ``autoname_frame``: the method
+  runs in a counter frame of its own, which functions and lambdas it calls
+  draw from too (rules/autoname_stack.py), and its counter is that
+  frame's."""
   fn: Any
   self_param: Any
   inputs: Tuple[Any, ...]
@@ -222,6 +225,7 @@ class CallMethod:
   kwonly: Tuple[Any, ...] = ()
   copied_fields: Tuple[str, ...] = ()
   autoname_counter: Optional[str] = None
+  autoname_frame: bool = False
 
 
 @_plan

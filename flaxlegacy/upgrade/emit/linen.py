@@ -230,11 +230,18 @@ class LinenEmitter:
                          f'{c!r} in self.variables)')
 
   # -- module definitions --
-  def _prologue(self, body, prologue, counter):
+  def _prologue(self, body, prologue, counter, frame=False):
     """``body`` with ``prologue`` statements (and the auto-name counter,
-    when ``counter`` names it) first, after its docstring."""
+    when ``counter`` names it: the method's frame's with ``frame``) first,
+    after its docstring."""
     prologue = list(prologue)
-    if counter is not None:
+    if counter is not None and frame:
+      self._ctx.needed_imports.add(AUTONAME_IMPORT)
+      prologue.append(cst.parse_statement(
+          f'{counter} = {AUTONAME_COUNTER}  # legacy auto-names: one '
+          'counter for all submodules, also those built by the functions '
+          'this calls\n'))
+    elif counter is not None:
       self._ctx.needed_imports.add('itertools')
       prologue.append(cst.parse_statement(
           f'{counter} = itertools.count()  # legacy auto-names: '
@@ -288,10 +295,15 @@ class LinenEmitter:
           for p in plan.inputs])
     prologue = [cst.parse_statement(f'{f} = self.{f}\n')
                 for f in plan.copied_fields]
-    body = self._prologue(plan.body, prologue, plan.autoname_counter)
+    body = self._prologue(plan.body, prologue, plan.autoname_counter,
+                          plan.autoname_frame)
     compact = cst.Decorator(decorator=cst_util.expr(self._prefix() + '.compact'))
+    decorators = [compact]
+    if plan.autoname_frame:
+      self._ctx.needed_imports.add(AUTONAME_IMPORT)
+      decorators.append(cst.Decorator(decorator=cst_util.expr(AUTONAME_FRAME)))
     return plan.fn.with_changes(name=cst.Name('__call__'), params=params,
-                                body=body, decorators=[compact],
+                                body=body, decorators=decorators,
                                 leading_lines=plan.fn.leading_lines)
 
   def module_class(self, plan):
@@ -741,7 +753,7 @@ class LinenEmitter:
     self._ctx.needed_defs[LAYER_CALL_HELPER] = LAYER_CALL_HELPER_SRC
     args = [cst.Arg(value=plan.callee),
             cst.Arg(value=cst_util.expr(repr(tuple(plan.positional)))),
-            cst.Arg(value=cst.Name(plan.counter or 'None'))]
+            cst.Arg(value=cst_util.expr(plan.counter or 'None'))]
     args += [a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
              for a in plan.args]
     return cst.Call(func=cst.Name(LAYER_CALL_HELPER), args=args)
@@ -754,6 +766,13 @@ class LinenEmitter:
     self._ctx.needed_imports.add(INITIALIZER_MODULE)
     return cst.Call(func=cst_util.expr(INITIALIZER_WRAPPER),
                     args=[cst.Arg(value=plan.partial)])
+
+
+# the run-time stack of legacy auto-name counters (rules/autoname_stack.py):
+# flaxlegacy's plain-Python frames, shipped beside upgraded code
+AUTONAME_IMPORT = 'from flaxlegacy.migrate import upgraded as legacy_names'
+AUTONAME_FRAME = 'legacy_names.autoname_frame'
+AUTONAME_COUNTER = 'legacy_names.autoname_counter()'
 
 
 # flaxlegacy's partial of a module class known only when the code runs

@@ -49,6 +49,7 @@ from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import attention
 from flaxlegacy.upgrade.rules import attention_cache
+from flaxlegacy.upgrade.rules import autoname_stack
 from flaxlegacy.upgrade.rules import constructors
 from flaxlegacy.upgrade.rules import drivers
 from flaxlegacy.upgrade.rules import linen_names
@@ -156,7 +157,10 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
     self.info = info
     self.fn = fn
     # flow.py scope of the body (the class's leave has left its scope)
-    self._quals = list(getattr(up, '_quals', [])) + (
+    outer = list(getattr(up, '_quals', []))
+    if info.kind == 'function' and outer[-1:] == [info.name]:
+      outer.pop()  # a plain function's (rules/layer_functions.py): in it
+    self._quals = outer + (
         [info.name, 'apply'] if info.kind == 'class' else [info.name])
     self.fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
     self.resolver = Resolver(self, {})
@@ -178,6 +182,15 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
       self.resolver.locals[name] = _shared.Ref('instance', pref.target, None)
     plan = self.plan_class(self.resolver, self.resolver.locals)
     fn.body.visit(plan)
+    # a body whose run can reach a function or lambda that builds auto-named
+    # submodules counts all of its own from the frame's counter, in legacy
+    # order; such a function draws from the running body's counter
+    # (rules/autoname_stack.py)
+    self.stack_role = autoname_stack.role(up, info, fn)
+    self._lambdas = 0  # the depth of lambdas being rewritten
+    if self.stack_role is not None and not plan.dynamic:
+      plan.dynamic = True
+      plan.static_prefix = 0
     self.dynamic = plan.dynamic
     self.names = None
     self.used_dynamic = False
@@ -324,23 +337,43 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
     if any(id(v) in looped.ids for v in values):
       return None  # constructed more than once
     self.used_dynamic = True
-    return plans.AutoName(counter=_shared.AUTONAME_VAR, type_name=type_name)
+    return plans.AutoName(counter=self.counter_src(), type_name=type_name)
 
   def _auto_name_plan(self, original, ref_type_name, ctor_src):
     """The name to add for an auto-named call (a plans.AutoName), or
     None."""
     if self.dynamic:
-      self.used_dynamic = True
+      counter = self.counter_src()
+      if counter == _shared.AUTONAME_VAR:
+        self.used_dynamic = True
       if ref_type_name is None:
         if ctor_src is None:
           return None
-        return plans.AutoName(counter=_shared.AUTONAME_VAR, ctor_src=ctor_src)
-      return plans.AutoName(counter=_shared.AUTONAME_VAR,
-                            type_name=ref_type_name)
+        return plans.AutoName(counter=counter, ctor_src=ctor_src)
+      return plans.AutoName(counter=counter, type_name=ref_type_name)
     name = self.names.get(id(original))
     if name is None:
       return None
     return plans.AutoName(literal=name)
+
+  def counter_src(self):
+    """The source of the auto-name counter a construction here draws from:
+    the body's ``legacy_autoname``, or, in a stack function or a lambda of
+    a stack-counted body, the running body's
+    (``legacy_names.autoname_counter()``, read when it is built)."""
+    if self.stack_role == 'function' or (
+        self.stack_role is not None and self._lambdas):
+      self.ctx.needed_imports.add(autoname_stack.IMPORT)
+      return autoname_stack.COUNTER
+    return _shared.AUTONAME_VAR
+
+  def visit_Lambda(self, node):
+    self._lambdas += 1
+    return True
+
+  def leave_Lambda(self, original_node, updated_node):
+    self._lambdas -= 1
+    return updated_node
 
   def construction(self, plan, node):
     """``node``, the emitter's text of the submodule construction ``plan``

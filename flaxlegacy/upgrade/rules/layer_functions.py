@@ -17,9 +17,12 @@ construct + call), when:
 * every call of it the value facts (flow.py) see is in the ``apply`` of a
   legacy module class or the body of an ``@nn.module`` function, and it is
   not used as a value (so nothing else can call it);
-* every submodule it builds has an explicit ``name=`` (legacy numbered
-  auto-names on its caller's counter, across the caller's own layers: the
-  caller's plan cannot see them; those keep the TODO);
+* every submodule it builds has an explicit ``name=``, or it is a stack
+  function (rules/autoname_stack.py): legacy numbered its auto-names on the
+  counter of the body running it, across that body's own layers, so the
+  calling bodies run in a counter frame of their own and the function
+  names ``f'{Class}_{next(legacy_names.autoname_counter())}'`` (a lambda
+  it returns, likewise: the counter of the body that calls it);
 * the rewritten body needs no module (``nn.make_rng()``, ``self.param``
   would become ``self....``, which a plain function has not).
 
@@ -28,75 +31,20 @@ Otherwise the legacy calls keep their TODOs, as before.
 
 import dataclasses
 
-import libcst as cst
-
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import walk
-
-
-def _call_name(func):
-  if isinstance(func, cst.Name):
-    return func.value
-  if isinstance(func, cst.Attribute):
-    return func.attr.value
-  return None
-
-
-def _callers(codebase):
-  """{(rel, function name): set of caller scopes (rel, qual)}, for the
-  module-level functions of the codebase, from the value facts."""
-  cached = getattr(codebase, 'layer_function_callers', None)
-  if cached is not None:
-    return cached
-  out = {}
-  flow = getattr(codebase, 'flow', None)
-  if flow is not None:
-    top = {}
-    for (rel, qual), d in flow.defs.items():
-      if '.' not in qual and not d.is_method:
-        top.setdefault(qual, []).append(rel)
-    for c in flow.constraints:
-      if c[0] != 'call':
-        continue
-      name = _call_name(c[3].func)
-      if name not in top:
-        continue
-      for v in flow.expr_values(c[1], c[2], c[3].func):
-        if v[0] == 'func' and v[2] == name:
-          out.setdefault((v[1], name), set()).add((c[1], c[2]))
-  codebase.layer_function_callers = out
-  return out
-
-
-def _module_body(codebase, rel, qual):
-  """Whether scope ``qual`` of ``rel`` is a legacy module's body."""
-  f = codebase.files.get(rel)
-  if f is None:
-    return False
-  if qual.endswith('.apply') and qual.count('.') == 1:
-    info = f.modules.get(qual.split('.')[0])
-    return info is not None and info.kind == 'class'
-  info = f.modules.get(qual)
-  return info is not None and info.kind == 'function'
+from flaxlegacy.upgrade.rules import autoname_stack
+from flaxlegacy.upgrade.rules import function_callers
 
 
 def applies(up, node):
   """Whether top-level ``node`` (a FunctionDef) is such a function."""
   if node.decorators or not up.ctx.facts.nn_prefixes:
     return False
-  codebase = up.ctx.codebase
-  flow = getattr(codebase, 'flow', None)
   rel = getattr(up.ctx.facts, 'path', None)
-  name = node.name.value
-  if (flow is None or rel is None or name in up.ctx.facts.modules
-      or name in getattr(up.ctx.facts, 'partial_helpers', ())):
-    return False  # (helpers returning X.partial have their own rule)
-  d = flow.defs.get((rel, name))
-  if d is None or d.escapes or d.open or not d.called:
+  if rel is None:
     return False
-  callers = _callers(codebase).get((rel, name))
-  return bool(callers) and all(_module_body(codebase, r, q)
-                               for r, q in callers)
+  return function_callers.candidate(up.ctx.codebase, rel, node.name.value)
 
 
 class _Names(walk.FastVisitor):
@@ -134,17 +82,22 @@ def convert(up, node):
   params = [p.name.value for p in list(ps.posonly_params) + list(ps.params)
             + list(ps.kwonly_params)]
   written = _scan(node.body)
-  if written.attrs & {'partial', 'shared'}:
-    # it makes module references (``conv = conv.partial(...)``; returned,
-    # they are the caller's to build): the partial rules' (rules/partials.py)
-    return None
   info = facts_lib.ModuleInfo(name=node.name.value, file=up.ctx.facts.path,
                               kind='function', params=params, defaults={})
   info = dataclasses.replace(info, fields=[], call=params)
+  if written.attrs & {'partial', 'shared'} and autoname_stack.role(
+      up, info) != 'function':
+    # it makes module references (``conv = conv.partial(...)``; returned,
+    # they are the caller's to build): the partial rules' (rules/partials.py);
+    # one that builds submodules (from the running body's counter,
+    # rules/autoname_stack.py) builds its partials as a body does
+    return None
   report = up.ctx.report
   marks = len(report.rewritten), len(report.left)
   rw = apply_rewriter.ApplyRewriter(up, info, node)
-  if rw.dynamic or rw.names or rw.todo_all:
+  if rw.todo_all or (rw.dynamic or rw.names) and rw.stack_role != 'function':
+    # auto-named submodules: drawn from the running body's counter
+    # (rules/autoname_stack.py) where the analysis says so, else the TODO
     return None
   body = walk.transform(node.body, rw)
   builds = any(e.get('rule') == 'module_call'

@@ -84,7 +84,8 @@ def _call_plan(up, info, fn, methods_plan=None):
       fn=fn, self_param=self_param, inputs=tuple(call_params), body=body,
       star_arg=star_arg, kwonly=kwonly,
       copied_fields=tuple(rw.assigned_fields),
-      autoname_counter=_shared.AUTONAME_VAR if rw.used_dynamic else None)
+      autoname_counter=_shared.AUTONAME_VAR if rw.used_dynamic else None,
+      autoname_frame=rw.stack_role == 'body')
   return plan, rw
 
 

@@ -378,7 +378,9 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
   def _call_module_outside_body(self, original_node, updated_node):
     """A call of a legacy module class of the codebase outside module
     bodies (a plain function the layer-function rule did not take: used
-    as a value, a callback): a TODO, else None.  Legacy bound it to the
+    as a value, a callback, called from code that is no module body; the
+    functions and lambdas it takes draw their auto-names from the running
+    body's counter, rules/autoname_stack.py): a TODO, else None.  Legacy bound it to the
     module whose ``apply`` ran; in linen ``Block(x, features=...)`` builds
     a module from its fields (a TypeError, or a module never called)."""
     f = original_node.func

@@ -175,7 +175,7 @@ class InstanceRules:
     if _shared.call_name(original) is None:
       name = self._auto_name_plan(original, None, None)
       if self.dynamic:
-        name = plans.AutoName(counter=_shared.AUTONAME_VAR, bare=True)
+        name = plans.AutoName(counter=self.counter_src(), bare=True)
     self.rewrote(original, 'shared', '.shared(...) -> one module instance')
     plan = plans.Instance(
         module=module, hypers=_hypers(args), name=name,
