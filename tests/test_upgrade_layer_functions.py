@@ -263,13 +263,15 @@ def test_function_making_partials_is_not_a_layer_function(tmp_path):
     np.testing.assert_allclose(upgraded[kind], legacy[kind], rtol=1e-6)
 
 
-def test_user_module_called_in_a_function_left_legacy_gets_todo(tmp_path):
-  # a plain function the rule does not take (handed to another function:
-  # called from anywhere) calling a legacy module class of the codebase:
-  # it stays legacy, and ``Block(x, name=...)`` would build a linen module
-  # from its fields (a TypeError at run time): a TODO, as for nn.Dense
+def test_named_user_module_called_in_a_function_is_built_where_it_runs(
+    tmp_path):
+  # a plain function the layer-function rule does not take (handed to
+  # another function: called from anywhere) calling a legacy module class
+  # of the codebase by name: built where it runs (_legacy_module_call,
+  # docs/decisions.md), the running body's child, as legacy bound it; it
+  # kept a TODO before ("a legacy module called outside a module body")
   files = dict(FILES)
-  files['model.py'] = MODEL + '''
+  files['model.py'] = MODEL + """
 
 def blocks_twice(x):
   return Block(Block(x, name='b0'), name='b1')
@@ -283,14 +285,27 @@ class Twice(nn.Module):
 
   def apply(self, x):
     return run(blocks_twice, x)
-'''
-  _, out, report = upgrade_run.upgrade_dir(tmp_path, files)
-  lines = (out / 'model.py').read_text().splitlines()
-  i = next(i for i, l in enumerate(lines)
-           if l.strip() == "return Block(Block(x, name='b0'), name='b1')")
-  assert lines[i - 1].strip().startswith(TODO), '\n'.join(lines)
-  assert 'legacy module called outside a module body' in lines[i - 1]
-  assert any('outside a module body' in e['why']
-             for e in report['files']['model.py']['left'])
-  # the module bodies' own calls of Block keep no such TODO
-  assert sum('outside a module body' in l for l in lines) == 1
+"""
+  src, out, report = upgrade_run.upgrade_dir(tmp_path, files)
+  text = (out / 'model.py').read_text()
+  assert ("return _legacy_module_call(Block, _legacy_module_call(Block, x, "
+          "name='b0'), name='b1')") in text, text
+  assert not any('outside a module body' in e['why']
+                 for e in report['files']['model.py']['left'])
+  run = RUN.replace("[('enc', model.Encoder, (x,)),\n"
+                    "                          ('dual', model.DualEncoder, "
+                    "(x, x[:, ::-1]))]", "[('twice', model.Twice, (x,))]")
+  assert 'model.Twice' in run
+  up_run = UPGRADED_RUN.replace(
+      "[('enc', model.Encoder, (x,)),\n                          ('dual', "
+      "model.DualEncoder, (x, x[:, ::-1]))]",
+      "[('twice', model.Twice, (x,))]")
+  legacy = upgrade_run.run_json(src, run, off=False)
+  upgraded = upgrade_run.run_json(out, up_run, off=True, legacy_stream=True)
+  assert upgraded['twice']['paths'] == legacy['twice']['paths']
+  assert any("['b1']['block']" in p or "['b1']" in p
+             for p in legacy['twice']['paths']), legacy
+  np.testing.assert_allclose(upgraded['twice']['y'], legacy['twice']['y'],
+                             rtol=1e-6, atol=1e-6)
+
+

@@ -8,7 +8,7 @@ call as written."""
 import pytest
 
 from flaxlegacy.upgrade import upgrade_source
-from flaxlegacy.upgrade import verify
+from tests import upgrade_run
 
 TODO = 'TODO(flaxlegacy upgrade)'
 
@@ -65,14 +65,6 @@ class Block(nn.Module):
 
 @pytest.mark.slow
 def test_submodule_names_verify(tmp_path):
-  legacy = tmp_path / 'legacy.py'
-  legacy.write_text(SRC)
-  out, report = upgrade_source(SRC)
-  upgraded = tmp_path / 'upgraded.py'
-  upgraded.write_text(out)
-  (mod,) = report.modules
-  result = verify.verify_module(
-      str(legacy), str(upgraded), 'Block',
-      [((2, 4, 4, 3), 'float32'), ((2, 6), 'float32')], {},
-      fields=mod['fields'], call=mod['call'], var_kw=mod['var_kw'])
+  result = upgrade_run.verify_source(tmp_path, SRC, 'Block',
+                                     [((2, 4, 4, 3), 'float32'), ((2, 6), 'float32')])
   assert result['status'] == 'ok', result

@@ -47,3 +47,20 @@ def run_json(root, code, off, legacy_stream=False):
                      timeout=600)
   assert p.returncode == 0, (root, p.stderr[-3000:])
   return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def verify_source(tmp_path, source, class_name, inputs):
+  """``flaxlegacy.upgrade.verify`` of the module class ``class_name`` of
+  ``source`` (legacy code, one file) against its upgrade: the result dict
+  (``status`` 'ok' where outputs agree at the given input shapes)."""
+  from flaxlegacy.upgrade import upgrade_source  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade import verify  # pylint: disable=g-import-not-at-top
+  legacy = tmp_path / 'legacy.py'
+  legacy.write_text(source)
+  out, report = upgrade_source(source)
+  upgraded = tmp_path / 'upgraded.py'
+  upgraded.write_text(out)
+  (mod,) = [m for m in report.modules if m['class'] == class_name]
+  return verify.verify_module(
+      str(legacy), str(upgraded), class_name, inputs, {},
+      fields=mod['fields'], call=mod['call'], var_kw=mod['var_kw'])

@@ -14,9 +14,11 @@ callee denotes, ``Resolver``, is rules/resolver.py's.
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import emit as emit_lib
 from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import imports as imports_rule
 from flaxlegacy.upgrade.rules import jax_names
 from flaxlegacy.upgrade.rules import partial_calls
@@ -398,12 +400,46 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     written = getattr(self.ctx, 'written', None)
     if written is not None and written.get(original_node) is None:
       return None  # a construction the program rules wrote (``Net()``)
+    new = self._named_module_outside_body(original_node, updated_node,
+                                          values)
+    if new is not None:
+      return new
     self.todo(original_node, f'{self.ctx.code_of(f)}(...): a legacy module '
               'called outside a module body; linen builds a module from '
               'its fields and calls it with its inputs, inside a compact '
               'method: port this function by hand (or call the module from '
               'the body that uses it)')
     return updated_node
+
+  def _named_module_outside_body(self, original, updated, values):
+    """``Tag(x, name='mean_query')`` in a plain function (protein_lm's
+    attention function of a test, handed to the model): a call with a
+    ``name=`` needs no auto-name, so it is built and called where it runs,
+    keywords split by the class's fields when it runs
+    (``_legacy_module_call``, a RuntimeSubmoduleCall): inside a compact
+    method it is that module's child, as legacy bound it to the module
+    whose ``apply`` ran; outside any, linen refuses it, as legacy did.
+    Only for one input and keywords, every value a converted module class
+    whose first parameter is that input; else None (the TODO)."""
+    args = list(updated.args)
+    positional = [a for a in args if a.keyword is None]
+    if (len(positional) != 1 or args[0] is not positional[0]
+        or any(a.star for a in args)
+        or not any(cst_util.kw(a) == 'name' for a in args)
+        or not all(v[0] == 'class' for v in values)):
+      return None
+    for v in values:
+      f = self.ctx.codebase.files.get(v[1])
+      info = f.modules.get(v[2]) if f is not None else None
+      if (info is None or info.problems or not info.params
+          or info.params[0] in info.fields or info.var_kw
+          or set(info.fields) & _shared.RESERVED_FIELDS):
+        return None  # (a reserved field: the class stays legacy, a TODO)
+    self.rewrote(original, 'runtime_modules', 'named legacy module call '
+                 'outside a module body -> built and called where it runs')
+    return self.emit.runtime_submodule_call(plans.RuntimeSubmoduleCall(
+        module=updated.func, input=positional[0],
+        keywords=tuple(args[1:]), name=None))
 
   def _call_module_level_partial(self, original_node, updated_node):
     """``X.partial(...)`` outside module bodies (rules/partials.py); an X
