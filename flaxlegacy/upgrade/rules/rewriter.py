@@ -206,6 +206,14 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     if (attr in layer_table.LEGACY_HELPERS or attr in SAME_ATTRS_IN_LINEN
         or attr in layer_table.LEGACY_FUNCTIONS):
       self._handled.add(id(node.value))
+    elif (attr is None and isinstance(node.value, cst.Attribute)
+          and id(node) not in self._handled
+          and self._through_module(node) is not None):
+      # models.nn.attention.X: its inner parts are no names of their own
+      v = node.value
+      while isinstance(v, cst.Attribute):
+        self._handled.add(id(v))
+        v = v.value
     elif (attr is not None and '.' not in attr
           and isinstance(node.value, cst.Attribute)
           and node.value.attr.value in cst_util.SUBMODULE_REEXPORTS
@@ -215,9 +223,48 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
       self._handled.add(id(node.value))
     return True
 
+  def _through_module(self, node):
+    """(legacy attr, code) of ``models.nn.X``: legacy flax.nn reached
+    through a codebase module's own import of it (protein_lm's test calls
+    ``modules.nn.attention.dot_product_attention``), else None."""
+    v = node.value
+    while isinstance(v, cst.Attribute) and isinstance(v.value, cst.Attribute):
+      v = v.value
+    if not (isinstance(v, cst.Attribute) and isinstance(v.value, cst.Name)):
+      return None
+    other = self.ctx.codebase.imported_file(self.ctx.facts, v.value.value)
+    if other is None or v.attr.value not in other.nn_prefixes:
+      return None
+    code = cst_util.dotted(node)
+    if code is None:
+      return None
+    rest = code[len(v.value.value) + 1:]
+    return cst_util.legacy_attr(cst.parse_expression(rest),
+                                other.nn_prefixes), code
+
   def leave_Attribute(self, original_node, updated_node):
     if self._in_import:
       return updated_node
+    if (isinstance(original_node.value, cst.Attribute)
+        and id(original_node) not in self._handled
+        and self.ctx.codebase is not None):
+      through = self._through_module(original_node)
+      if through is not None and through[0]:
+        attr, code = through
+        self._handled.add(id(original_node.value))
+        if attr in layer_table.LEGACY_FUNCTIONS:
+          full = layer_table.LEGACY_FUNCTIONS[attr]
+          self.ctx.needed_imports.add(full)
+          self.rewrote(original_node, 'layers', f'{code} -> the legacy '
+                       f'function, shipped ({full.rsplit(".", 1)[1]})')
+          self.ctx.report.rewritten[-1]['shipped'] = full
+          return cst.Name(full.rsplit('.', 1)[1])
+        if (attr not in SAME_ATTRS_IN_LINEN
+            and attr.split('.')[0] not in SAME_IN_LINEN):
+          self.todo(original_node, f'{code}: legacy flax.nn reached through '
+                    "another module's import of it (linen there now): no "
+                    'certain rewrite here')
+        return updated_node
     full = cst_util.dotted(original_node)
     if full in cst_util.LEGACY_NN_MODULES and full in self.ctx.facts.nn_prefixes:
       # ``import flax`` ... ``flax.nn.Dense``: the linen module, spelled out
