@@ -53,26 +53,14 @@ COUNTER = linen_emit.AUTONAME_COUNTER
 _BUILTINS = frozenset(dir(builtins))
 
 
-class _Calls(walk.FastVisitor):
+class _Calls(walk.ScopedVisitor):
   """Every call of a module, with its scope (flow.py's qualified name of
   the innermost def) and whether it is inside a lambda."""
 
   def __init__(self):
-    self.quals = []
+    super().__init__()
     self.lambdas = []  # the open Lambda nodes
     self.calls = []  # (qual, call, innermost lambda or None)
-
-  def visit_ClassDef(self, node):
-    self.quals.append(node.name.value)
-
-  def leave_ClassDef(self, node):
-    self.quals.pop()
-
-  def visit_FunctionDef(self, node):
-    self.quals.append(node.name.value)
-
-  def leave_FunctionDef(self, node):
-    self.quals.pop()
 
   def visit_Lambda(self, node):
     self.lambdas.append(node)

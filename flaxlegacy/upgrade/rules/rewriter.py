@@ -104,6 +104,8 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     self._todos = []  # stack of lists, one per open statement
     self._in_import = 0
     self._handled = set()  # ids of original nodes a rule consumed
+    # id(Attribute) -> (legacy attr, code) of models.nn.X (visit -> leave)
+    self._through = {}
     self._quals = []  # enclosing class / function names (flow.py scopes)
     # id(node) -> plan of rules/partial_calls.py (plain functions)
     self._partial_calls = {}
@@ -208,7 +210,8 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
       self._handled.add(id(node.value))
     elif (attr is None and isinstance(node.value, cst.Attribute)
           and id(node) not in self._handled
-          and self._through_module(node) is not None):
+          and self._through.setdefault(
+              id(node), self._through_module(node)) is not None):
       # models.nn.attention.X: its inner parts are no names of their own
       v = node.value
       while isinstance(v, cst.Attribute):
@@ -242,23 +245,27 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     return cst_util.legacy_attr(cst.parse_expression(rest),
                                 other.nn_prefixes), code
 
+  def _shipped_function(self, node, attr, code):
+    """A legacy function flaxlegacy ships with its legacy interface
+    (layer_table.LEGACY_FUNCTIONS), imported by its name."""
+    full = layer_table.LEGACY_FUNCTIONS[attr]
+    self.ctx.needed_imports.add(full)
+    self.rewrote(node, 'layers', f'{code} -> the legacy function, shipped '
+                 f'({full.rsplit(".", 1)[1]})')
+    self.ctx.report.rewritten[-1]['shipped'] = full
+    return cst.Name(full.rsplit('.', 1)[1])
+
   def leave_Attribute(self, original_node, updated_node):
     if self._in_import:
       return updated_node
     if (isinstance(original_node.value, cst.Attribute)
-        and id(original_node) not in self._handled
-        and self.ctx.codebase is not None):
-      through = self._through_module(original_node)
+        and id(original_node) not in self._handled):
+      through = self._through.pop(id(original_node), None)
       if through is not None and through[0]:
         attr, code = through
         self._handled.add(id(original_node.value))
         if attr in layer_table.LEGACY_FUNCTIONS:
-          full = layer_table.LEGACY_FUNCTIONS[attr]
-          self.ctx.needed_imports.add(full)
-          self.rewrote(original_node, 'layers', f'{code} -> the legacy '
-                       f'function, shipped ({full.rsplit(".", 1)[1]})')
-          self.ctx.report.rewritten[-1]['shipped'] = full
-          return cst.Name(full.rsplit('.', 1)[1])
+          return self._shipped_function(original_node, attr, code)
         if (attr not in SAME_ATTRS_IN_LINEN
             and attr.split('.')[0] not in SAME_IN_LINEN):
           self.todo(original_node, f'{code}: legacy flax.nn reached through '
@@ -308,12 +315,7 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
       return jax_names.expr(f'upgraded_layers.{fn}')
     if attr in layer_table.LEGACY_FUNCTIONS and (
         id(original_node) not in self._handled):
-      full = layer_table.LEGACY_FUNCTIONS[attr]
-      self.ctx.needed_imports.add(full)
-      self.rewrote(original_node, 'layers', f'nn.{attr} -> the legacy '
-                   f'function, shipped ({full.rsplit(".", 1)[1]})')
-      self.ctx.report.rewritten[-1]['shipped'] = full
-      return cst.Name(full.rsplit('.', 1)[1])
+      return self._shipped_function(original_node, attr, f'nn.{attr}')
     if (attr is not None and id(original_node) not in self._handled
         and attr not in SAME_ATTRS_IN_LINEN):
       head = attr.split('.')[0]
