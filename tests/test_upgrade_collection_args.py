@@ -210,11 +210,13 @@ AS_DICT = '''\
 
 def test_as_dict_of_a_collection_found_by_what_it_holds(tmp_path):
   """``batch_stats.as_dict()``: not a ``*_state`` name, but flow.py says
-  it holds an nn.Collection (the dict of collections now); ``as_dict()`` of
-  a plain object stays."""
+  it holds an nn.Collection (the dict of collections now): ``as_dict()``
+  becomes legacy's flat dict of it; ``as_dict()`` of a plain object
+  stays."""
   src, out = _upgrade(tmp_path, {'prog.py': AS_DICT})
   new = (out / 'prog.py').read_text()
-  assert 'return bool(batch_stats), report.as_dict()' in new, new
+  assert ('return bool(legacy_model.collection_dict(batch_stats)), '
+          'report.as_dict()') in new, new
   assert 'TODO' not in new, new
   run = 'import runpy; runpy.run_path("prog.py", run_name="__main__")'
   assert _run(src, run, off=False) == _run(out, run, off=True) == [

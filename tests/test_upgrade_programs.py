@@ -104,8 +104,10 @@ CASES = [
         shapes = jax.tree_util.tree_map(jnp.shape, new_state.as_dict())
         stats = state.model_state.as_dict()
         cfg = config.as_dict()
-        ''', ['jax.tree_util.tree_map(jnp.shape, new_state)',
-              'stats = state.model_state\n', 'cfg = config.as_dict()']),
+        ''', ['jax.tree_util.tree_map(jnp.shape, '
+              'legacy_model.collection_dict(new_state))',
+              'stats = legacy_model.collection_dict(state.model_state)\n',
+              'cfg = config.as_dict()']),
     ('model_from_a_builder_function', '''
         class Net(nn.Module):
           def apply(self, x, dtype=jnp.float32):

@@ -587,6 +587,40 @@ class stateful:  # pylint: disable=invalid-name
     return False
 
 
+def collection_dict(state):
+  """``state.as_dict()`` of a legacy ``nn.Collection``, upgraded.
+
+  ``state`` is what an upgraded ``stateful`` block holds: a dict of
+  collections in linen's nested layout (``{'batch_stats': {'block':
+  {'bn': {'mean': m}}}}``).  The result is legacy's layout: one entry per
+  module that holds state, keyed by the module's path from the root
+  (``'/'`` for the root itself), each a dict of that module's values
+  (``{'/block/bn': {'mean': m}}``).  A new dict: writing into it does not
+  change ``state`` (legacy's entries were the collection's own dicts)."""
+  if state is None:
+    return {}
+  if not hasattr(state, 'items'):
+    raise TypeError('collection_dict: the state of a legacy collection is a '
+                    f'dict of collections, not a {type(state).__name__}')
+  names = [k for k, v in state.items() if v is not None]
+  if len(names) > 1:
+    raise ValueError('collection_dict: a legacy collection is one linen '
+                     'collection; this state holds '
+                     f'{sorted(names)}')
+  out = {}
+
+  def walk(node, path):
+    for key, value in node.items():
+      if hasattr(value, 'items'):
+        walk(value, path + (key,))
+      else:
+        out.setdefault('/' + '/'.join(path), {})[key] = value
+
+  for key in names:
+    walk(state[key], ())
+  return out
+
+
 def _stateful_apply(instance, params, args, kwargs):
   """``instance.apply`` with ``params`` and the innermost ``stateful``
   block's collections (written back when the block is mutable)."""

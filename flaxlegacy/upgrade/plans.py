@@ -685,7 +685,8 @@ class StochasticScope:
 @_plan
 class CollectionDict:
   """``state.as_dict()`` of a legacy ``nn.Collection`` (``call``, as
-  rewritten so far): the collection's variables as a dict."""
+  rewritten so far): the collection's variables as legacy's flat dict
+  (``{'/block/bn': {'mean': m}}``)."""
   call: Any
 
 

@@ -1441,8 +1441,13 @@ class LinenProgramEmitter:
         func=cst.parse_expression('legacy_rng.stochastic'))
 
   def collection_dict(self, plan):
-    """CollectionDict -> the collection itself (a dict now)."""
-    return plan.call.func.value
+    """CollectionDict -> ``legacy_model.collection_dict(state)``: legacy's
+    flat layout (``{'/block/bn': {'mean': m}}``) of the collection's
+    variables (a dict of linen collections now)."""
+    self._import(MODEL_HELPER_IMPORT)
+    return cst.Call(
+        func=cst.parse_expression('legacy_model.collection_dict'),
+        args=[cst.Arg(plan.call.func.value)])
 
   # -- a collection scope threaded through its model calls --
   @staticmethod

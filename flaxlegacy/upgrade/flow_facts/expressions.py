@@ -258,8 +258,10 @@ class ExpressionFacts:
       return {GINVAL}
     if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
         and not call.args):
-      # s.as_dict() of a legacy nn.Collection: its state, which is what the
-      # collection is upgraded (a dict; the program rules drop the call)
+      # s.as_dict() of a legacy nn.Collection: legacy's flat dict of its
+      # state (legacy_model.collection_dict).  Kept a collection here: the
+      # facts are by name, and ``s = s.as_dict()`` must not make ``s`` a
+      # collection in some runs only
       base = self.expr_values(rel, qual, f.value)
       if COLLECTION in base:
         return {COLLECTION} | ({UNKNOWN} if UNKNOWN in base else set())
@@ -269,7 +271,10 @@ class ExpressionFacts:
       if base and all(self.dict_keys(v) is not None for v in base):
         return set(base)  # (the copy shares the slots: more, never less)
     if (name.split('.')[-1] in JAX_WRAPPERS and name.split('.')[0] in (
-        'jax', 'flax') and call.args and call.args[0].keyword is None):
+        'jax', 'flax') and call.args and call.args[0].keyword is None
+        # (not the call of its result: ``jax.grad(f)(x)``, whose name
+        # libcst gives as ``jax.grad`` too)
+        and not isinstance(f, cst.Call)):
       # jax.jit(f) / jax.pmap(f, ...): f, called with the same arguments
       # (jax.grad(f): likewise, returning something else)
       out = set()

@@ -9,7 +9,8 @@ legacy attention cache block (``X.mutate() as N``, rules/attention_cache.py)
 the same way for the ``'cache'`` collection; ``with nn.stochastic(rng):``
 -> ``rngs={'dropout': rng}`` on the model calls, the block kept as
 ``legacy_rng.stochastic`` for ``nn.make_rng()`` in program code;
-``state.as_dict()`` of a collection -> the dict.
+``state.as_dict()`` of a collection -> ``legacy_model.collection_dict(state)``
+(legacy's flat layout, keyed by module path).
 
 A mixin of ``programs.ProgramRewriter``: the ``with`` hooks keep the stacks
 ``self._stateful`` (``[state source or None, target, mutable, used,
@@ -130,9 +131,11 @@ class CollectionRules:
   def _call_as_dict(self, original_node, updated_node):
     """``state.as_dict()`` of a legacy ``nn.Collection``."""
     f = original_node.func
-    # state.as_dict() of a legacy nn.Collection: the state is a dict now
+    # state.as_dict() of a legacy nn.Collection: the state is a dict of
+    # linen collections now, nested; legacy's dict was flat, by module path
     if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
         and not original_node.args and self._holds_collection(f.value)):
-      self.note(original_node, 'nn.Collection.as_dict() -> the dict')
+      self.note(original_node, 'nn.Collection.as_dict() -> '
+                'legacy_model.collection_dict (legacy\'s flat layout)')
       return self.emit.collection_dict(plans.CollectionDict(updated_node))
     return None
