@@ -489,6 +489,27 @@ def init_module(module, rng, /, *args, **kwargs):
   return outputs, params
 
 
+def compute_gradient(loss_fn, params):
+  """Legacy ``optimizer.compute_gradient(loss_fn)`` of an optimizer whose
+  target is ``params`` (a TrainState's ``params``): ``(loss, grad)`` where
+  ``loss_fn`` returns its loss alone (an array), else ``(loss, aux, grad)``
+  of the ``(loss, aux)`` it returns -- legacy chose by that return value,
+  so the rewrite cannot choose in the source."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  bare = []  # set while value_and_grad traces loss_fn, read after it
+
+  def loss_and_aux(p):
+    out = loss_fn(p)
+    if isinstance(out, (jax.Array, np.ndarray, np.generic)):
+      bare.append(True)
+      return out, None
+    return out
+
+  (loss, aux), grad = jax.value_and_grad(loss_and_aux, has_aux=True)(params)
+  return (loss, grad) if bare else (loss, aux, grad)
+
+
 def module_call(module):
   """Legacy ``model.module.call`` of a model whose module is known only at
   run time: ``f(params, *inputs, **kwargs)`` applies ``module`` with

@@ -421,6 +421,16 @@ class Optimize:
 
 
 @_plan
+class ComputeGradient:
+  """``opt.compute_gradient(loss_fn)``: differentiate ``loss_fn`` at the
+  parameters of the train state ``state`` (as rewritten so far); legacy's
+  ``(loss, grad)`` or ``(loss, aux, grad)``, chosen at run time by what
+  ``loss_fn`` returns (legacy ``Optimizer.compute_gradient``)."""
+  state: Any
+  loss_fn: Any
+
+
+@_plan
 class Replicate:
   """The train state ``state`` (as rewritten so far) copied to every
   local device (``op`` 'replicate') or taken back from them
@@ -565,11 +575,15 @@ class MakeTrainState:
   holding a transformation made elsewhere); ``apply_fn``: the apply
   function of the target's module as the pass recorded it (an ApplyFn),
   or None where it is not known (a TODO); ``carried``: the target is a
-  model that carries its module (its own apply function)."""
+  model that carries its module (its own apply function); ``focus``: the
+  filter of the ``ModelParamTraversal`` legacy's ``create(target,
+  focus=...)`` was given (only the parameters it selects are updated, the
+  rest stay: legacy's one-pair MultiOptimizer), or None."""
   params: Any
   tx: Any
   apply_fn: Any = None
   carried: bool = False
+  focus: Any = None
 
 
 @_plan

@@ -235,7 +235,8 @@ class _Scan(walk.FastVisitor):
         if any(x.keyword is not None and x.keyword.value == 'learning_rate'
                for x in node.args):
           self.f.per_step_lr = True
-      if a == 'optimize' and node.args:
+      if a in ('optimize', 'compute_gradient', 'compute_gradients') and (
+          node.args):
         v = node.args[0].value
         if isinstance(v, cst.Name):
           self.f.loss_fns[v.value] = self.code_of(fn.value)

@@ -1186,6 +1186,14 @@ class LinenProgramEmitter:
     return [cst.parse_statement(vg),
             cst.parse_statement(f'{code(plan.new_state)} = {apply}\n')]
 
+  def compute_gradient(self, plan):
+    """ComputeGradient -> ``legacy_model.compute_gradient(loss_fn,
+    state.params)``."""
+    self._import(MODEL_HELPER_IMPORT)
+    return cst.parse_expression(
+        f'legacy_model.compute_gradient({_fresh_code(plan.loss_fn)}, '
+        f'{_fresh_code(plan.state)}.params)')
+
   def replicate(self, plan):
     """Replicate -> ``jax_utils.replicate(state)`` / ``unreplicate``."""
     self._import('from flax import jax_utils')
@@ -1527,13 +1535,17 @@ class LinenProgramEmitter:
     return tx
 
   def _multi_transform_src(self, plan):
+    return self._labelled_src([_fresh_code(t) for t in plan.transformations],
+                              [_fresh_code(f) for f in plan.filters])
+
+  def _labelled_src(self, txs, filters):
+    """``optax.multi_transform`` source: the i-th transformation (source)
+    for the parameters the i-th filter selects, the rest frozen."""
     self._import('import optax')
     self._import('from flaxlegacy.migrate import legacy_optax')
-    items = ', '.join(f"'{i}': {_fresh_code(t)}"
-                      for i, t in enumerate(plan.transformations))
-    filters = ', '.join(_fresh_code(f) for f in plan.filters)
+    items = ', '.join(f"'{i}': {t}" for i, t in enumerate(txs))
     return (f"optax.multi_transform({{{items}, 'frozen': optax.set_to_zero()"
-            f"}}, legacy_optax.traversal_labels({filters}))")
+            f"}}, legacy_optax.traversal_labels({', '.join(filters)}))")
 
   def _tx_src(self, tx):
     if isinstance(tx, str):
@@ -1592,6 +1604,9 @@ class LinenProgramEmitter:
       apply = ('None' if plan.apply_fn is None
                else self.apply_fn_src(plan.apply_fn))
     tx = self._tx_src(plan.tx)
+    if plan.focus is not None:
+      # legacy create(target, focus): a MultiOptimizer of one pair
+      tx = self._labelled_src([tx], [_fresh_code(plan.focus)])
     return cst.parse_expression(
         f'{self._train_state_class()}.create(apply_fn={apply}, '
         f'params={self._code(plan.params)}, tx={tx})')

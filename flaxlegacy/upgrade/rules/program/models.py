@@ -28,6 +28,7 @@ from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.collectors import programs as program_facts
 from flaxlegacy.upgrade.rules import objects
+from flaxlegacy.upgrade.rules.program import shared
 from flaxlegacy.upgrade.rules.program.shared import MODEL  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules.program.shared import OPT  # pylint: disable=g-importing-member
 
@@ -135,6 +136,8 @@ class ModelRules:
     elif isinstance(f, cst.Name) and self.kind_of(f) == MODEL:
       model = f.value
       apply = self.apply_fn_for(model)
+      if apply is not None and _moduleless(apply):
+        apply = None  # nn.Model(None, params): nothing to apply (a TODO)
       cls = None if apply is None else self._applied_class(apply)
       if cls is not None and cls == self._model_class_expr():
         # the codebase's one model class, by convention: not if the model
@@ -316,6 +319,13 @@ class ModelRules:
                   '(it carries its module)')
         return self.emit.model_value(plans.ModelValue(updated_node,
                                                       carried=True))
+      if shared.no_module(original_node.args[0]):
+        # nn.Model(None, params): a bag of parameters for an optimizer
+        # (init2winit's meta_init); no module to lose, and legacy could not
+        # call it either (its calls get the TODO of a model whose module is
+        # not known, _model_call)
+        self.note(original_node, 'nn.Model(None, params) -> params')
+        return self.emit.model_value(plans.ModelValue(updated_node))
       reach = objects.model_reach(self.codebase, self.f.path, original_node,
                                   self.model_class)
       if reach and self._known_module(original_node.args[0].value):
@@ -342,3 +352,9 @@ class ModelRules:
     if k == MODEL:
       return self.emit.model_params(plans.ModelParams(updated_node))
     return updated_node
+
+
+def _moduleless(fn):
+  """Whether the ApplyFn ``fn`` is a model's with no module
+  (``nn.Model(None, params)``)."""
+  return fn.module is None and fn.state is None and not fn.carried

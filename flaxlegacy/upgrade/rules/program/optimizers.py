@@ -48,13 +48,17 @@ class OptimizerRules:
       self._traversals = _traversal_objects(self.module, self)
     return self._traversals
 
-  def _create(self, node, opt_call, name, tx=None):
-    """The train state ``definition.create(target)`` makes
+  def _create(self, node, opt_call, name, tx=None, updated=None):
+    """The train state ``definition.create(target[, focus])`` makes
     (plans.MakeTrainState), or None (a TODO where it is not certain).
     ``tx``: the source of a transformation made elsewhere, a user
     definition's (plans.UserTransformation), or None for the definition
-    ``opt_call`` (``optim.<name>(...)``)."""
+    ``opt_call`` (``optim.<name>(...)``); ``updated``: the create call as
+    rewritten so far (its focus argument's filter)."""
     if not node.args:
+      return None
+    focus = self._focus(node, updated)
+    if focus is False:
       return None
     why = objects.optimizer_kept(self.codebase,
                                  ('o', self.f.path, id(node)),
@@ -74,8 +78,19 @@ class OptimizerRules:
     if why:
       self.todo(node, f'optimizer target: {why}; port by hand')
       return None
+    if focus is not None and is_carried:
+      # the labels' paths would be the Model's (its pytree), not those of
+      # its parameters legacy's traversal walked
+      self.todo(node, f'optim.{name}(...).create(model, focus=...) of a '
+                'model that carries its module: optax.multi_transform would '
+                'label the Model, not its parameters; port by hand')
+      return None
     if not is_carried and isinstance(target, cst.Name):
       apply = self.apply_fn_for(target.value)
+    elif not is_carried and isinstance(target, cst.Call) and self.is_nn(
+        target.func, 'Model') and target.args and shared.no_module(
+            target.args[0]):
+      apply = plans.ApplyFn()  # nn.Model(None, params) in place: no module
     if not is_carried and apply is None:
       self._bare_creates.add(id(node))
       self.todo(node, 'TrainState.apply_fn: the module of this model is not '
@@ -83,8 +98,68 @@ class OptimizerRules:
                 'is a bare array, not a dict of parameters, '
                 'TrainState.apply_gradients refuses it: wrap it in a dict)')
     self.note(node, f'optim.{name}(...).create -> TrainState')
+    if focus is not None:
+      self.note(node, 'create(target, focus=traversal) -> '
+                'optax.multi_transform (the rest frozen)')
+    if isinstance(updated, cst.Call) and len(updated.args) == len(
+        node.args):
+      # the target as rewritten (nn.Model(None, params) written in place)
+      target = updated.args[0].value
     return self.emit.make_train_state(plans.MakeTrainState(
-        params=target, tx=tx, apply_fn=apply, carried=bool(is_carried)))
+        params=target, tx=tx, apply_fn=apply, carried=bool(is_carried),
+        focus=focus))
+
+  def _focus(self, node, updated):
+    """The filter of ``create(target, focus)``'s traversal (a node, as
+    rewritten so far); None without a focus; False where the call's other
+    arguments or its focus are not known here (a TODO: never dropped).
+    Legacy wrapped the definition in ``MultiOptimizer((focus, def))``."""
+    args = list(node.args)
+    u_args = (list(updated.args) if isinstance(updated, cst.Call)
+              and len(updated.args) == len(args) else args)
+    rest = list(zip(args[1:], u_args[1:]))
+    if not rest:
+      return None
+    a, u = rest[0]
+    if len(rest) != 1 or a.star or (a.keyword is not None
+                                    and a.keyword.value != 'focus'):
+      self.todo(node, 'create(target, ...): arguments past the target and '
+                'focus are not known to the upgrade; port by hand')
+      return False
+    value = a.value
+    if isinstance(value, cst.Name) and value.value == 'None':
+      return None  # legacy: no focus
+    filt = self._traversal_filter(value, u.value)
+    if filt is None:
+      self.todo(node, 'create(target, focus=...): the focus is not known '
+                'here to be an optim.ModelParamTraversal(f) the upgrade '
+                'turns into its filter, so it cannot label an '
+                'optax.multi_transform; port by hand (dropping it would '
+                'update every parameter)')
+      return False
+    if self.per_step_lr:
+      self.todo(node, 'create(target, focus=...) with hyper-parameters set '
+                'per step: optax.multi_transform has no hyperparams to set')
+      return False
+    return filt
+
+  def _traversal_filter(self, original, updated):
+    """The filter ``f`` (``updated``, as rewritten) of a legacy
+    ``optim.ModelParamTraversal(f)`` written here or bound to a name in
+    scope, which the pass turned into ``f`` itself; else None (a traversal
+    kept as an object, anything else)."""
+    call = original
+    if isinstance(original, cst.Name):
+      call = self.scope.lookup('traversals', original.value)
+    if not (isinstance(call, cst.Call) and isinstance(
+        call.func, (cst.Name, cst.Attribute)) and self.is_optim(
+            call.func) == 'ModelParamTraversal'):
+      return None
+    args = call.args
+    if id(call) in self._traversal_objects() or len(args) != 1 or (
+        args[0].keyword is not None or args[0].star):
+      return None  # kept a traversal (or left as written, a TODO)
+    return updated
 
   def _tx(self, node, opt_call, name):
     """The transformation of ``optim.<name>(...)`` (the call node): a
@@ -213,7 +288,8 @@ class OptimizerRules:
         isinstance(f.value, cst.Call)):
       name = self.is_optim(f.value.func)
       if name is not None:
-        return self._create(original_node, f.value, name) or updated_node
+        return self._create(original_node, f.value, name,
+                            updated=updated_node) or updated_node
     return None
 
   def _call_definition_create(self, original_node, updated_node):
@@ -226,8 +302,8 @@ class OptimizerRules:
         isinstance(f.value, cst.Name)) and self.scope.lookup(
             'optdefs', f.value.value):
       name = self.scope.lookup('optdefs', f.value.value)
-      return self._create(original_node, None, name,
-                          tx=f.value.value) or updated_node
+      return self._create(original_node, None, name, tx=f.value.value,
+                          updated=updated_node) or updated_node
     # optimizer_def.create(target), every value of optimizer_def a legacy
     # definition, which this pass makes an optax transformation (flow.py)
     # (``get_optimizer(config).create(target)`` too: what the function
@@ -239,7 +315,8 @@ class OptimizerRules:
                                    f.value)
       if names and names <= TX_RULES:
         return self._create(original_node, None, 'Optimizer',
-                            tx=self.ctx.code_of(f.value)) or updated_node
+                            tx=self.ctx.code_of(f.value),
+                            updated=updated_node) or updated_node
     # make_optimizer_def(...).create(model): a definition from a function
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and len(
         original_node.args) == 1 and (self.kind_of(
@@ -248,7 +325,7 @@ class OptimizerRules:
                 original_node.args[0].value)[0]) and isinstance(
                     f.value, cst.Call) and shared.returns_optax(self, f.value):
       return self._create(original_node, None, 'Optimizer', tx=self.ctx.code_of(
-          updated_node.func.value)) or updated_node
+          updated_node.func.value), updated=updated_node) or updated_node
     return None
 
   def _call_optim_constructor(self, original_node, updated_node):

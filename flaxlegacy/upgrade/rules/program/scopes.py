@@ -34,7 +34,8 @@ class Scope:
     self.state_of = {}  # model name -> optimizer name it came from
     self.optdefs = {}  # name -> legacy optimizer class (value now optax)
     self.modvars = set()  # names bound to X.partial(...) of a legacy module
-    self.traversals = {}  # names bound to optim.ModelParamTraversal(f)
+    # names bound to optim.ModelParamTraversal(f) -> that call
+    self.traversals = {}
     self.user_defs = {}  # names bound to a user OptimizerDef instance
     # names bound to a TrainState made of a target not known to be a
     # parameter tree (apply_fn not known either)
@@ -206,7 +207,7 @@ class ScopeRules:
         and isinstance(v, cst.Call) and isinstance(v.func, (cst.Name,
                                                             cst.Attribute))
         and self.is_optim(v.func) == 'ModelParamTraversal'):
-      self.scope.traversals[node.targets[0].target.value] = True
+      self.scope.traversals[node.targets[0].target.value] = v
       self._optdef_values.add(id(v))
     if (len(node.targets) == 1 and isinstance(node.targets[0].target,
                                               cst.Name)

@@ -111,3 +111,12 @@ def specs(src):
   if specs is None:
     return None
   return [(s, 'jnp.float32' if d is None else d) for s, d in specs]
+
+
+def no_module(arg):
+  """Whether the argument ``arg`` of ``nn.Model(M, params)`` is ``None``
+  written out (a model of parameters alone), not passed by keyword or
+  star."""
+  return (arg.keyword is None and not arg.star
+          and isinstance(arg.value, cst.Name) and arg.value.value == 'None')
+

@@ -4,10 +4,12 @@ optimizer once made.  ``opt.apply_gradient(g)`` ->
 optax state's hyperparams); ``opt.optimize(loss_fn)`` ->
 ``jax.value_and_grad`` + ``apply_gradients``; ``opt.replicate()`` /
 ``unreplicate()`` -> ``flax.jax_utils``; ``opt.target`` -> ``opt.params``;
-``opt.state.step`` -> ``opt.step``.
+``opt.state.step`` -> ``opt.step``; ``opt.compute_gradient(loss_fn)`` ->
+the shipped ``legacy_model.compute_gradient(loss_fn, opt.params)``.
 
 A mixin of ``programs.ProgramRewriter``.  A case decides a plan
-(plans.ApplyGradients, Optimize, Replicate, ParamsOf, StepOf) that the
+(plans.ApplyGradients, Optimize, ComputeGradient, Replicate, ParamsOf,
+StepOf) that the
 pass's emitter (``self.emit``) writes; TODOs and report lines stay here.
 The optimizer methods are the
 table ``OPTIMIZER_METHODS`` (method name -> case), consulted for a call
@@ -108,6 +110,19 @@ class TrainingStepRules:
     return self.emit.apply_gradients(plans.ApplyGradients(
         updated_node.func.value, original_node.args[0].value, lr))
 
+  def _compute_gradient(self, original_node, updated_node):
+    """``opt.compute_gradient(loss_fn)`` -> ``legacy_model.compute_gradient(
+    loss_fn, opt.params)`` (plans.ComputeGradient)."""
+    args = original_node.args
+    if len(args) != 1 or args[0].keyword is not None or args[0].star:
+      self.todo(original_node, f'optimizer.{original_node.func.attr.value}'
+                '(...): legacy took the loss function alone; port by hand')
+      return updated_node
+    self.note(original_node, f'optimizer.{original_node.func.attr.value} -> '
+              'legacy_model.compute_gradient')
+    return self.emit.compute_gradient(plans.ComputeGradient(
+        updated_node.func.value, updated_node.args[0].value))
+
   def _replicate(self, original_node, updated_node):
     """``opt.replicate()`` / ``opt.unreplicate()`` (plans.Replicate)."""
     f = original_node.func
@@ -147,6 +162,8 @@ class TrainingStepRules:
 # (the pass tries its next rule)
 OPTIMIZER_METHODS = {
     'apply_gradient': TrainingStepRules._apply_gradient,  # pylint: disable=protected-access
+    'compute_gradient': TrainingStepRules._compute_gradient,  # pylint: disable=protected-access
+    'compute_gradients': TrainingStepRules._compute_gradient,  # pylint: disable=protected-access
     'replicate': TrainingStepRules._replicate,  # pylint: disable=protected-access
     'unreplicate': TrainingStepRules._replicate,  # pylint: disable=protected-access
 }

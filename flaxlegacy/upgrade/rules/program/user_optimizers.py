@@ -129,15 +129,15 @@ class UserOptimizerRules:
         self._user_optdef(f.value)):
       tx = plans.UserTransformation(updated_node.func.value, translated=bool(
           self._translated(f.value)))
-      return self._create(original_node, None, 'Optimizer',
-                          tx=tx) or updated_node
+      return self._create(original_node, None, 'Optimizer', tx=tx,
+                          updated=updated_node) or updated_node
     if isinstance(f, cst.Attribute) and f.attr.value == 'create' and (
         isinstance(f.value, cst.Name)) and self.scope.lookup(
             'user_defs', f.value.value):
       tx = plans.UserTransformation(f.value, translated=self.scope.lookup(
           'user_defs', f.value.value) == 'translated')
-      return self._create(original_node, None, 'Optimizer',
-                          tx=tx) or updated_node
+      return self._create(original_node, None, 'Optimizer', tx=tx,
+                          updated=updated_node) or updated_node
     # UserDef(...) of a translated definition, where the learning rate is
     # set per step: optax.inject_hyperparams around it
     plan = self._translated(original_node)
