@@ -89,3 +89,12 @@ def python_without_flaxlegacy(tmp_path_factory):
   run it with ``standalone_env.env()``."""
   return standalone_env.make(os.path.join(
       parallel.shared_root(tmp_path_factory), 'standalone'))
+
+
+def pytest_xdist_make_scheduler(config, log):
+  """Tests that share an expensive fixture run on one worker
+  (tests/parallel.py: pytest-xdist's own ``xdist_group`` is lost under
+  pytest 9)."""
+  if config.getvalue('dist') in ('load', 'loadgroup', 'loadscope'):
+    return parallel.make_scheduler(config, log)
+  return None
