@@ -206,3 +206,25 @@ def test_parameter_model_called_is_a_todo():
   out, _ = upgrade_source(CALLED)
   assert TODO in out, out
   assert 'model(x)' in out, out
+
+
+NOT_FLAX = '''\
+import tensorflow.compat.v1 as tf
+
+
+def train_op(loss, optimizer):
+  grads_and_vars = optimizer.compute_gradients(loss)
+  return optimizer.apply_gradients(grads_and_vars)
+'''
+
+
+def test_compute_gradients_of_another_library_stays():
+  """A TensorFlow optimizer named ``optimizer`` in a file that imports no
+  legacy Flax (rigl's imagenet_train_eval.py) is not legacy's."""
+  out, _ = upgrade_source(NOT_FLAX)
+  assert out == NOT_FLAX, out
+  flax_file = NOT_FLAX.replace('import tensorflow.compat.v1 as tf\n',
+                               'from flax import optim\n')
+  out, _ = upgrade_source(flax_file)
+  assert ('grads_and_vars = legacy_model.compute_gradient(loss, '
+          'optimizer.params)') in out, out

@@ -18,6 +18,7 @@ table ``OPTIMIZER_METHODS`` (method name -> case), consulted for a call
 import libcst as cst
 
 from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade.rules import objects
 from flaxlegacy.upgrade.rules.program.shared import NEXT  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules.program.shared import OPT  # pylint: disable=g-importing-member
 
@@ -113,6 +114,15 @@ class TrainingStepRules:
   def _compute_gradient(self, original_node, updated_node):
     """``opt.compute_gradient(loss_fn)`` -> ``legacy_model.compute_gradient(
     loss_fn, opt.params)`` (plans.ComputeGradient)."""
+    receiver = original_node.func.value
+    if not (self.nn_file or getattr(self.f, 'optim_locals', None) or (
+        isinstance(receiver, cst.Name) and objects.name_kind(
+            self.codebase, self.f.path, self._qual(), receiver.value,
+            self.model_class) == ('optimizer', None, False))):
+      # only the legacy examples' name (``optimizer``) says it is one, in a
+      # file that imports no legacy Flax: TensorFlow's optimizers have a
+      # compute_gradients too (rigl's imagenet_train_eval.py)
+      return None
     args = original_node.args
     if len(args) != 1 or args[0].keyword is not None or args[0].star:
       self.todo(original_node, f'optimizer.{original_node.func.attr.value}'
