@@ -47,6 +47,11 @@ def dotted(node):
 
 
 def _full_name(node):
+  t = type(node)
+  if t is cst.Call:  # libcst's answer for a call: its function's
+    return dotted(node.func)
+  if t is cst.Subscript:  # and for a subscript: its value's
+    return dotted(node.value)
   try:
     return get_full_name_for_node(node)
   except Exception:  # pylint: disable=broad-except
@@ -84,6 +89,13 @@ SUBMODULE_REEXPORTS = {
 
 def legacy_attr(node, prefixes):
   """'Dense' for ``nn.Dense`` when ``nn`` is a legacy prefix, else None."""
+  t = type(node)
+  if t is cst.Name or t is cst.Call:
+    # (the answer for every name: a name has no dot after a prefix;
+    # a call is neither a name nor an attribute.  Asked of most names and
+    # calls of a codebase: libcst's classes are ABCs, whose isinstance is
+    # a slow call when it fails)
+    return None
   name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
   if not name:
     return None

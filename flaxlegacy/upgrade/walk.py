@@ -36,10 +36,15 @@ _LIBCST_WALKS = set()  # node classes whose source is not there to read
 _ATTRIBUTE_HOOK = re.compile(r'^(visit|leave)_[A-Z]\w*?_[a-z]\w*$')
 
 
-def _fields_of(cls):
-  fields = _FIELDS.get(cls)
-  if fields is not None:
-    return fields
+_METHOD_ASTS = {}  # node class -> its _visit_and_replace_children (ast), or None
+
+
+def _walk_method(cls):
+  """The ``ast`` of ``cls``'s ``_visit_and_replace_children``, or None
+  where its source cannot be read; read once per class (the visitors'
+  and the transformers' field tables both read it)."""
+  if cls in _METHOD_ASTS:
+    return _METHOD_ASTS[cls]
   for klass in cls.__mro__:
     method = klass.__dict__.get('_visit_and_replace_children')
     if method is not None:
@@ -48,7 +53,18 @@ def _fields_of(cls):
     method = None
   try:
     fn = ast.parse(textwrap.dedent(inspect.getsource(method))).body[0]
-  except (OSError, TypeError):  # no source to read: libcst's walk
+  except (OSError, TypeError):
+    fn = None
+  _METHOD_ASTS[cls] = fn
+  return fn
+
+
+def _fields_of(cls):
+  fields = _FIELDS.get(cls)
+  if fields is not None:
+    return fields
+  fn = _walk_method(cls)
+  if fn is None:  # no source to read: libcst's walk
     _FIELDS[cls] = ()
     _LIBCST_WALKS.add(cls)
     return ()
@@ -376,14 +392,7 @@ def _transform_fields(cls):
   if cls in _TFIELDS:
     return _TFIELDS[cls]
   fields = None
-  for klass in cls.__mro__:
-    method = klass.__dict__.get('_visit_and_replace_children')
-    if method is not None:
-      break
-  try:
-    fn = ast.parse(textwrap.dedent(inspect.getsource(method))).body[0]
-  except (OSError, TypeError):
-    fn = None
+  fn = _walk_method(cls)
   body = [s for s in getattr(fn, 'body', ()) if not (
       isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
   if len(body) == 1 and isinstance(body[0], ast.Return):
@@ -641,6 +650,15 @@ def _walked_fields(fmap, cls, node_cls):
 _NONTOKEN_TFIELDS = {}  # node class -> _transform_fields, less token fields
 _THOOKS = {}  # (transformer class, node class) -> its visit_X or None
 _TLEAVES = {}  # (transformer class, node class) -> its leave_X or None
+
+
+def warm():
+  """Works out now the transformers' field tables of the node classes the
+  visitors have met so far (their sources already read): forked workers
+  (api.py) inherit them instead of each reading libcst's source again."""
+  for cls in list(_METHOD_ASTS):
+    _transform_fields(cls)
+    _token_fields(cls)
 
 
 def transform(node, transformer):

@@ -1,0 +1,188 @@
+"""The upgrade's shortcuts (speed, issue 24) answer what the plain ways
+answer: the statement filter of transform.py, ``legacy_attr`` of names and
+calls, and the command line's start-up."""
+
+import os
+import re
+import subprocess
+import sys
+import types
+
+import libcst as cst
+
+from flaxlegacy.upgrade import api
+from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import transform
+from flaxlegacy.upgrade.rules import jax_names
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _statement_texts():
+  out = []
+  for sub in ('examples', 'tests'):
+    for dirpath, _, files in os.walk(os.path.join(ROOT, sub)):
+      for f in sorted(files):
+        if f.endswith('.py'):
+          with open(os.path.join(dirpath, f), encoding='utf-8') as fh:
+            module = cst.parse_module(fh.read())
+          out.extend(cst_util.code_and_statements(module)[1])
+  return out
+
+
+def _regex(words, alternatives):
+  """The filter as one regex (what transform.py searched before)."""
+  return re.compile('|'.join(
+      [r'\bimport\b'] + list(alternatives)
+      + [r'\b' + re.escape(w) + r'\b' for w in sorted(words)]))
+
+
+def test_statement_filter_is_the_regex_of_its_words():
+  texts = _statement_texts() + [
+      'x = nn_Dense(1)', 'y = Dense_(2)', 'z = a.Dense', 'importer = 1',
+      'w = x.partial(3)', 'v = jax.config', 'q = é_Dense + Dense', 'm.b-c',
+      's = "Dense"', 'k = init_by_shape', 'from a import b']
+  assert len(texts) > 1000
+  words = {'Dense', 'Conv', 'nn', 'tree_multimap', 'b-c', 'é_x', 'partial'}
+  alternatives = [r'\.partial\b', r'\.shared\b', 'jax\\.config',
+                  r'_by_shape\b', r'\b(?:np)\.float\b']
+  fast = transform._Relevance(words | {'import'}, alternatives)  # pylint: disable=protected-access
+  slow = _regex(words, alternatives)
+  assert 'b-c' not in fast.words  # not a whole-word run: left to the regex
+  matched = 0
+  for text in texts:
+    assert bool(fast.search(text)) == bool(slow.search(text)), text
+    matched += bool(slow.search(text))
+  assert 0 < matched < len(texts)
+
+
+def test_statement_filter_of_a_file_is_the_regex_it_was():
+  """transform._relevance of the files of examples/: the same statements
+  as the one regex it compiled before."""
+  files = []
+  for root, rel, path in api._walk(os.path.join(ROOT, 'examples')):  # pylint: disable=protected-access
+    if path.endswith('.py'):
+      sf = api.SourceFile(root, rel, path)
+      with open(path, encoding='utf-8') as fh:
+        sf.code = fh.read()
+      api._parse(sf)  # pylint: disable=protected-access
+      files.append(sf)
+  codebase = api._analyse(files)  # pylint: disable=protected-access
+  checked = 0
+  for sf in files:
+    f = codebase.files[sf.rel]
+    words = {q.rsplit('.', 1)[-1] for q in list(jax_names.RENAMES) + list(
+        jax_names.UNSURE) + list(jax_names.CALLS) + list(
+            jax_names.MODULE_RENAMES)}
+    words.update(f.modules, f.partial_helpers,
+                 getattr(f, 'partial_aliases', ()))
+    for other in codebase.files.values():
+      words.update(other.modules)
+    words.update(p.split('.')[-1] for p in f.nn_prefixes)
+    alternatives = [r'\.partial\b', r'\.shared\b', 'jax\\.config',
+                    r'_by_shape\b']
+    removed = jax_names.removed_name_pattern(f.imports)
+    if removed:
+      alternatives.append(removed)
+    slow = _regex(words, alternatives)
+    fast = transform._relevance(f, codebase)  # pylint: disable=protected-access
+    for text in sf.statement_texts:
+      assert bool(fast.search(text)) == bool(slow.search(text)), text
+      checked += 1
+  assert checked > 100
+
+
+def _legacy_attr_as_written(node, prefixes):
+  """cst_util.legacy_attr without its shortcut for names and calls."""
+  name = cst_util.dotted(node) if isinstance(
+      node, (cst.Attribute, cst.Name)) else None
+  if not name:
+    return None
+  inner = node
+  while isinstance(inner, cst.Attribute):
+    inner = inner.value
+  if not isinstance(inner, cst.Name):
+    return None
+  for p in prefixes:
+    if name.startswith(p + '.'):
+      attr = name[len(p) + 1:]
+      head, _, rest = attr.partition('.')
+      if rest in cst_util.SUBMODULE_REEXPORTS.get(head, ()):
+        return rest
+      return attr
+  return None
+
+
+def test_legacy_attr_of_every_node_as_written():
+  seen = []
+
+  class V(cst.CSTVisitor):
+
+    def on_visit(self, node):
+      seen.append(node)
+      return True
+
+  src = ('from flax import nn\nx = nn.Dense(3)(nn)\ny = nn.linear.Dense\n'
+         'z = nn.base.Model(f)(x).nn\nnn[1].Conv\n')
+  cst.parse_module(src).visit(V())
+  for dirpath, _, files in os.walk(os.path.join(ROOT, 'examples')):
+    for f in sorted(files):
+      if f.endswith('.py'):
+        with open(os.path.join(dirpath, f), encoding='utf-8') as fh:
+          cst.parse_module(fh.read()).visit(V())
+  found = 0
+  for node in seen:
+    for prefixes in (('nn',), ('flax.nn', 'nn'), ()):
+      want = _legacy_attr_as_written(node, prefixes)
+      assert cst_util.legacy_attr(node, prefixes) == want, node
+      found += want is not None
+  assert found > 50
+
+
+def test_upgrade_command_imports_no_other_subcommand(tmp_path):
+  """``flaxlegacy upgrade`` reads only its own subcommand's arguments: the
+  others' modules (data: numpy; convert: absl) are not imported."""
+  code = ('import sys\n'
+          'from flaxlegacy import cli\n'
+          'try:\n'
+          '  cli.main(["upgrade", "--help"])\n'
+          'except SystemExit:\n'
+          '  pass\n'
+          'print(sorted(m for m in ("numpy", "absl", "flaxlegacy.datasets",\n'
+          '                         "flaxlegacy.migrate.convert")\n'
+          '             if m in sys.modules))\n')
+  import flaxlegacy  # pylint: disable=g-import-not-at-top
+  here = os.path.dirname(os.path.dirname(os.path.abspath(flaxlegacy.__file__)))
+  env = dict(os.environ, FLAXLEGACY='off', PYTHONPATH=here)
+  out = subprocess.run([sys.executable, '-c', code], env=env, cwd=tmp_path,
+                       capture_output=True, text=True, check=True).stdout
+  assert 'usage:' in out and '--out' in out
+  assert out.splitlines()[-1] == '[]'
+  # the top-level help still lists every subcommand
+  out = subprocess.run([sys.executable, '-m', 'flaxlegacy', '--help'],
+                       env=env, cwd=tmp_path, capture_output=True, text=True,
+                       check=True).stdout
+  for name in ('run', 'check', 'convert', 'data', 'upgrade'):
+    assert name in out
+
+
+def test_prepare_works_out_what_forked_workers_would_each_repeat():
+  """transform.prepare (before the workers fork) leaves the codebase-wide
+  analyses the rules ask for worked out, so each worker inherits them."""
+  src = ('from flax import nn\n\n\ndef feats(x):\n  return nn.Dense(x, 2)\n\n\n'
+         'class M(nn.Module):\n\n  def apply(self, x):\n    return feats(x)\n')
+  sf = api.SourceFile('', 'm.py', 'm.py')
+  sf.code = src
+  api._parse(sf)  # pylint: disable=protected-access
+  codebase = api._analyse([sf])  # pylint: disable=protected-access
+  assert getattr(codebase, 'autoname_stack', None) is None
+  transform.prepare(codebase)
+  analysis = codebase.autoname_stack
+  assert analysis.functions == {('m.py', 'feats')}
+  # the rules read the same object, not a second analysis
+  up = types.SimpleNamespace(ctx=types.SimpleNamespace(
+      codebase=codebase, facts=codebase.files['m.py']))
+  from flaxlegacy.upgrade.rules import autoname_stack  # pylint: disable=g-import-not-at-top
+  assert autoname_stack.analyse(codebase) is analysis
+  assert autoname_stack.role(up, codebase.files['m.py'].modules['M']) == (
+      'body')
