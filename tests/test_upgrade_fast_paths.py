@@ -186,3 +186,171 @@ def test_prepare_works_out_what_forked_workers_would_each_repeat():
   assert autoname_stack.analyse(codebase) is analysis
   assert autoname_stack.role(up, codebase.files['m.py'].modules['M']) == (
       'body')
+
+
+def test_expr_of_a_dotted_name_is_the_parsers_tree():
+  for src in ('functools.partial', 'nn', 'a.b.c.d', 'None', 'True.x',
+              'legacy_model.Model', 'match', '_x._y9'):
+    built = cst_util.expr(src)
+    parsed = cst.parse_expression(src)
+    assert built.deep_equals(parsed), src
+    assert cst_util.code(built) == src
+  # anything else is the parser's, errors included
+  assert cst_util.expr('f(a, b=1)').deep_equals(cst.parse_expression(
+      'f(a, b=1)'))
+  for bad in ('lambda', 'a.if', 'a.', '1a'):
+    try:
+      cst.parse_expression(bad)
+    except cst.ParserSyntaxError:
+      pass
+    else:
+      raise AssertionError(bad)
+    try:
+      cst_util.expr(bad)
+    except cst.ParserSyntaxError:
+      continue
+    raise AssertionError(bad)
+
+
+_BLOCKS = '''\
+import x
+
+
+# lead
+@dec  # d
+def f(a,
+      b):  # head
+  """Doc."""
+  y = a  # one
+  # between
+
+  for i in range(3):
+    if i:
+      z = i
+    elif a:
+      z = 2
+    else:
+      z = 3
+  try:
+    w = 1
+  except E as e:  # handler
+    w = 2
+  finally:
+    w = 3
+  while y:
+    y -= 1
+  else:
+    pass
+  with g() as h:
+    return h
+  # footer
+
+
+class C:
+\tdef m(self):
+\t\treturn 1
+if a:
+    b = 1
+elif c:
+    d = 2
+'''
+
+
+def _sources_with_blocks():
+  out = [_BLOCKS, _BLOCKS.rstrip('\n'), _BLOCKS.replace('\n', '\r\n')]
+  for sub in ('examples', os.path.join('flaxlegacy', 'upgrade', 'rules')):
+    for dirpath, _, files in os.walk(os.path.join(ROOT, sub)):
+      for f in sorted(files):
+        if f.endswith('.py'):
+          with open(os.path.join(dirpath, f), encoding='utf-8') as fh:
+            out.append(fh.read())
+  return out
+
+
+def test_spans_are_the_texts_of_inner_statements_as_written():
+  from libcst._nodes.internal import CodegenState  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade import positions  # pylint: disable=g-import-not-at-top
+  checked = 0
+  for src in _sources_with_blocks():
+    module = cst.parse_module(src)
+    spans = {}
+    code, texts, lines = positions.code_statements_and_lines(module, spans)
+    assert (code, texts, lines) == positions.code_statements_and_lines(
+        module)
+    known = cst_util.StatementTexts(module, texts, spans, code)
+    for stmt, _, _, indent in spans.values():
+      assert type(stmt) is not cst.If or not cst_util.code(  # pylint: disable=unidiomatic-typecheck
+          stmt).startswith('elif')
+      state = CodegenState(default_indent=module.default_indent,
+                           default_newline=module.default_newline,
+                           indent_tokens=list(indent))
+      stmt._codegen(state)  # pylint: disable=protected-access
+      want = ''.join(state.tokens)
+      got = known._written(stmt)  # pylint: disable=protected-access
+      if got is None:  # only the file's last line, without its newline
+        assert not src.endswith('\n') and code.endswith(want.rstrip('\n'))
+        continue
+      assert got == (want, indent)
+      checked += 1
+  assert checked > 500
+
+
+def test_changed_statements_written_from_the_texts_of_their_blocks():
+  """StatementTexts of statements changed below (one name renamed, a
+  statement moved one block deeper, a TODO added, an elif turned into an
+  if of the block): libcst's code of them, with the spans and without."""
+  from flaxlegacy.upgrade import positions  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade import walk  # pylint: disable=g-import-not-at-top
+
+  class Rename(walk.FastTransformer):
+
+    def leave_Name(self, original_node, updated_node):
+      if updated_node.value in ('z', 'w', 'self', 'x'):
+        return updated_node.with_changes(value=updated_node.value + '_')
+      return updated_node
+
+  class Deeper(walk.FastTransformer):
+    """The first statement of each function body also inside an ``if``."""
+
+    def leave_FunctionDef(self, original_node, updated_node):
+      body = list(updated_node.body.body)
+      if not body or not isinstance(updated_node.body, cst.IndentedBlock):
+        return updated_node
+      inner = cst.If(test=cst.Name('flag'),
+                     body=cst.IndentedBlock(body=[body[0]]))
+      return updated_node.with_changes(
+          body=updated_node.body.with_changes(body=[inner] + body))
+
+  class Todo(walk.FastTransformer):
+
+    def leave_For(self, original_node, updated_node):
+      return cst_util.add_todos(updated_node, ['why'])
+
+  class ElifOut(walk.FastTransformer):
+    """An ``elif`` becomes a statement of the ``if``'s block."""
+
+    def leave_If(self, original_node, updated_node):
+      if isinstance(updated_node.orelse, cst.If) and isinstance(
+          updated_node.body, cst.IndentedBlock):
+        return updated_node.with_changes(
+            orelse=None, body=updated_node.body.with_changes(
+                body=list(updated_node.body.body) + [updated_node.orelse]))
+      return updated_node
+
+  checked = 0
+  for src in _sources_with_blocks():
+    module = cst.parse_module(src)
+    spans = {}
+    code, texts, _ = positions.code_statements_and_lines(module, spans)
+    for t in (Rename, Deeper, Todo, ElifOut):
+      new = walk.transform(module, t())
+      if new is module:
+        continue
+      with_spans = cst_util.StatementTexts(module, texts, spans, code)
+      without = cst_util.StatementTexts(module, texts)
+      want = [new.code_for_node(s) for s in new.body]
+      assert with_spans.of(new) == want
+      assert without.of(new) == want
+      assert with_spans.code(new) == new.code
+      checked += 1
+  assert checked > 50

@@ -168,13 +168,15 @@ def prepare(codebase):
 
 
 def upgrade_module(path, module, codebase, report, statement_texts=None,
-                   code=None, start_lines=None):
+                   code=None, start_lines=None, spans=None):
   """Rewrites one parsed file; returns the new source.
 
   ``code``: the source ``module`` was parsed from, if the caller has it
   (saves generating it again while the module is unchanged).
   ``start_lines``: ``positions.start_lines(module)``, if the caller has it
-  (api.py works it out with the statement texts).
+  (api.py works it out with the statement texts); ``spans``: the lines of
+  its inner statements in ``code`` (positions.code_statements_and_lines),
+  if the caller has them.
 
   Only top-level statements whose text matches ``_relevance`` are walked;
   positions (for the report's line numbers) are resolved per walked
@@ -186,7 +188,8 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # the text of each statement object seen so far: a pass that changes a
   # file keeps the statements it does not change (walk.FastTransformer),
   # whose text is then known
-  known = cst_util.StatementTexts(module, statement_texts)
+  known = cst_util.StatementTexts(module, statement_texts, spans,
+                                  code if spans else None)
   # where each statement of the file as written starts: the report's lines
   # are the written file's, also after the program pass added imports
   written = {}
