@@ -227,29 +227,32 @@ def _token_fields(node_cls):
 def _walk_children(self, node, fields, plans, skip):
   """``FastVisitor.on_visit``'s walk below ``node``, for a visitor of
   hooks only: per child its visit hook, its children (unless the hook
-  said False), its leave hook, as libcst calls them."""
+  said False), its leave hook, as libcst calls them.  (A token stepped
+  over, ``skip``, has a plan of no hooks and nothing below to walk: it is
+  passed over by its plan.)"""
   for field in fields:
     value = getattr(node, field)
-    kind = _KINDS.get(type(value)) or _kind(type(value))
-    if kind == _NODE:
-      children = (value,)
-    elif kind == _SEQUENCE:
+    t = type(value)
+    if t is tuple:
       children = value
     else:
-      continue
-    for child in children:
-      t = type(child)
-      if t in skip:
+      kind = _KINDS.get(t) or _kind(t)
+      if kind == _NODE:
+        children = (value,)
+      elif kind == _SEQUENCE:
+        children = value
+      else:
         continue
-      plan = plans.get(t)
+    for child in children:
+      plan = plans.get(type(child))
       if plan is None:
-        plan = _plan(plans, type(self), t)
+        plan = _plan(plans, type(self), type(child))
       visit, leave, child_fields = plan
       if visit is None or visit(self, child) is not False:
-        if child_fields is None:
-          child._visit_and_replace_children(self)  # pylint: disable=protected-access
-        elif child_fields:
+        if child_fields:
           _walk_children(self, child, child_fields, plans, skip)
+        elif child_fields is None:
+          child._visit_and_replace_children(self)  # pylint: disable=protected-access
       if leave is not None:
         leave(self, child)
 
@@ -483,7 +486,6 @@ class FastTransformer(cst.CSTTransformer):
       if plan is None:
         plan = _tplan(plans, type(self), type(node))
       visit, leave, fields, statement, _ = plan
-      statement = statement and mode == _STATEMENTS
       keep_out = statement and self.enter_statement(node) is False
       if (visit is None or visit(self, node) is not False) and not keep_out:
         if fields is None:
@@ -511,9 +513,11 @@ class FastTransformer(cst.CSTTransformer):
     (about half of the nodes are such leaves)."""
     changes = None
     walk = self.walk
-    skip = _skipped(type(self), cst.CSTTransformer)
     if plans is None:
       plans = _NO_PLANS
+      skip = _skipped(type(self), cst.CSTTransformer)
+    else:  # (a token stepped over is a leaf of the plans: no skip check)
+      skip = ()
     for field, kind in fields:
       value = getattr(node, field)
       if type(value) in skip:
@@ -624,11 +628,13 @@ def _tplan(plans, cls, node_cls):
     hooks = _hook_table(cls, cst.CSTTransformer)
   visit = hooks.get('visit_' + node_cls.__name__)
   leave = hooks.get('leave_' + node_cls.__name__)
-  statement = issubclass(node_cls, cst.BaseStatement)
+  # (a statement of a STATEMENT_WRAPPER's walk: its statement calls)
+  statement = (issubclass(node_cls, cst.BaseStatement)
+               and _TPLANS[cls][0] == _STATEMENTS)
   # nothing to do at such a node: no hook, no statement call, and no
   # field below it to walk
   leaf = (visit is None and leave is None and fields is not None
-          and not fields and not (statement and _TPLANS[cls][0] == _STATEMENTS))
+          and not fields and not statement)
   plan = plans[node_cls] = (visit, leave, fields, statement, leaf)
   return plan
 
