@@ -354,3 +354,46 @@ def test_changed_statements_written_from_the_texts_of_their_blocks():
       assert with_spans.code(new) == new.code
       checked += 1
   assert checked > 50
+
+
+def test_shipping_nodes_are_ast_walks():
+  import ast  # pylint: disable=g-import-not-at-top
+  from flaxlegacy.upgrade import shipping  # pylint: disable=g-import-not-at-top
+  for src in _sources_with_blocks() + ['d = {**a, "k": v}\nf(*a, **k)\n']:
+    tree = ast.parse(src)
+    want = [id(n) for n in ast.walk(tree)]
+    got = [id(n) for n in shipping._nodes(tree)]  # pylint: disable=protected-access
+    assert sorted(got) == sorted(want)  # (the same nodes, as often)
+
+
+def test_upgrade_command_leaves_its_garbage_to_the_exit(tmp_path):
+  """``python -m flaxlegacy upgrade`` freezes the collector before exiting
+  (the trees' cyclic garbage is not walked again at exit); the output is
+  the library's; other commands do not freeze."""
+  import flaxlegacy  # pylint: disable=g-import-not-at-top
+  here = os.path.dirname(os.path.dirname(os.path.abspath(flaxlegacy.__file__)))
+  src = tmp_path / 'src'
+  src.mkdir()
+  (src / 'm.py').write_text(
+      'from flax import nn\n\n\nclass M(nn.Module):\n\n'
+      '  def apply(self, x):\n    return nn.Dense(x, 3)\n')
+  code = ('import gc, runpy, sys\n'
+          'called = []\n'
+          'gc.freeze = lambda: called.append(1)\n'
+          'sys.argv = ["flaxlegacy"] + sys.argv[1:]\n'
+          'try:\n'
+          '  runpy.run_module("flaxlegacy", run_name="__main__")\n'
+          'except SystemExit as e:\n'
+          '  print("exit", e.code, len(called))\n')
+  env = dict(os.environ, FLAXLEGACY='off', PYTHONPATH=here)
+  out = subprocess.run(
+      [sys.executable, '-c', code, 'upgrade', str(src), '--out',
+       str(tmp_path / 'dst')], env=env, cwd=tmp_path, capture_output=True,
+      text=True, check=True)
+  assert out.stdout.splitlines()[-1] == 'exit 0 1', out.stderr
+  want, _ = api.upgrade_source((src / 'm.py').read_text(), 'm.py')
+  assert (tmp_path / 'dst' / 'm.py').read_text() == want
+  out = subprocess.run([sys.executable, '-c', code, 'check', str(src)],
+                       env=env, cwd=tmp_path, capture_output=True, text=True,
+                       check=True)
+  assert out.stdout.splitlines()[-1].endswith(' 0'), out.stdout
