@@ -106,7 +106,10 @@ def _looks_like_a_script(word):
           word.endswith(('.py', '.pyz', '.zip')))
 
 
-def build_parser(prog='flaxlegacy'):
+def build_parser(prog='flaxlegacy', command=None):
+  """The command line's parser; with ``command``, the arguments of that
+  subcommand only (the others' modules are not imported: ``upgrade`` does
+  not pay for ``data``'s numpy or ``convert``'s absl at start-up)."""
   parser = argparse.ArgumentParser(
       prog=prog,
       description='flaxlegacy: run, check and migrate legacy Flax code.')
@@ -114,6 +117,8 @@ def build_parser(prog='flaxlegacy'):
   for name, (module_name, help_text) in SUBCOMMANDS.items():
     p = sub.add_parser(name, help=help_text, description=help_text)
     p.set_defaults(_module=module_name)
+    if command is not None and name != command:
+      continue  # not the one argv names: argparse never reads its arguments
     try:
       module = importlib.import_module(module_name)
     except ImportError as e:  # not built yet / missing optional dependency
@@ -151,7 +156,8 @@ def main(argv=None, prog='flaxlegacy'):
     where = f'{prog} run' if argv and argv[0] == 'run' else prog
     print(f'{where}: error: {e}', file=sys.stderr)
     return 2
-  parser = build_parser(prog)
+  parser = build_parser(prog, argv[0] if argv and argv[0] in SUBCOMMANDS
+                        else None)
   args = parser.parse_args(argv)
   if not args.command:
     parser.print_help()

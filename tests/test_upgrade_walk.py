@@ -215,6 +215,7 @@ def test_without_libcst_source_libcst_walks_those_nodes(monkeypatch):
 
   monkeypatch.setattr(walk.inspect, 'getsource', no_source)
   monkeypatch.setattr(walk, '_FIELDS', {})
+  monkeypatch.setattr(walk, '_METHOD_ASTS', {})
   monkeypatch.setattr(walk, '_NONTOKEN_FIELDS', {})
   monkeypatch.setattr(walk, '_LIBCST_WALKS', set())
   assert _events(module, walk.FastVisitor) == _events(module, cst.CSTVisitor)

@@ -18,6 +18,10 @@ comments every rule writes (``TODO_PREFIX``, ``TodoComments``,
 argument-list builders.
 """
 
+import dataclasses
+import keyword
+import re
+
 import libcst as cst
 from libcst._nodes.internal import CodegenState  # pylint: disable=protected-access
 from libcst.helpers import get_full_name_for_node
@@ -47,6 +51,11 @@ def dotted(node):
 
 
 def _full_name(node):
+  t = type(node)
+  if t is cst.Call:  # libcst's answer for a call: its function's
+    return dotted(node.func)
+  if t is cst.Subscript:  # and for a subscript: its value's
+    return dotted(node.value)
   try:
     return get_full_name_for_node(node)
   except Exception:  # pylint: disable=broad-except
@@ -84,6 +93,19 @@ SUBMODULE_REEXPORTS = {
 
 def legacy_attr(node, prefixes):
   """'Dense' for ``nn.Dense`` when ``nn`` is a legacy prefix, else None."""
+  t = type(node)
+  if t is cst.Name or t is cst.Call:
+    # (the answer for every name: a name has no dot after a prefix;
+    # a call is neither a name nor an attribute.  Asked of most names and
+    # calls of a codebase: libcst's classes are ABCs, whose isinstance is
+    # a slow call when it fails)
+    return None
+  if t is cst.Attribute:  # the same steps as below, by class
+    inner = node.value
+    while type(inner) is cst.Attribute:
+      inner = inner.value
+    if type(inner) is cst.Name:
+      return _prefixed(dotted(node), prefixes)
   name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
   if not name:
     return None
@@ -92,6 +114,12 @@ def legacy_attr(node, prefixes):
     inner = inner.value
   if not isinstance(inner, cst.Name):
     return None  # nn.Conv(...).sum: an attribute of a value, not of nn
+  return _prefixed(name, prefixes)
+
+
+def _prefixed(name, prefixes):
+  """``legacy_attr`` of the dotted ``name`` of an attribute chain on a
+  name."""
   for p in prefixes:
     if name.startswith(p + '.'):
       attr = name[len(p) + 1:]
@@ -276,8 +304,24 @@ def is_docstring(stmt):
                                               cst.ConcatenatedString)))
 
 
+_DOTTED_SRC = re.compile(r'[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z')
+_NAME_WORDS = frozenset(('None', 'True', 'False'))  # keywords libcst reads as names
+
+
 def expr(src):
-  """The expression node of ``src``."""
+  """The expression node of ``src`` (``cst.parse_expression(src)``).
+
+  A dotted name (``functools.partial``, ``nn.compact``: most of what the
+  emitter writes this way) is built from its parts, the tree the parser
+  makes (tests/test_upgrade_fast_paths.py), without the parser's fixed
+  cost (about a tenth of a millisecond a call, a thousand calls a run)."""
+  if _DOTTED_SRC.match(src):
+    parts = src.split('.')
+    if not any(keyword.iskeyword(p) and p not in _NAME_WORDS for p in parts):
+      node = cst.Name(parts[0])
+      for part in parts[1:]:
+        node = cst.Attribute(value=node, attr=cst.Name(part))
+      return node
   return cst.parse_expression(src)
 
 
@@ -413,24 +457,126 @@ def code_and_statements(module):
   return ''.join(state.tokens), texts
 
 
+@dataclasses.dataclass(frozen=True)
+class _Written(cst.BaseStatement):
+  """Stands, in a copy of a changed statement made for its code generation
+  only (``StatementTexts``), for a statement of one of its blocks whose
+  text is known: that text where the indentation is the one it was
+  written at, else the statement's own code generation."""
+
+  original: cst.BaseStatement
+  text: str
+  indent: tuple
+
+  def _visit_and_replace_children(self, visitor):
+    return self
+
+  def _codegen_impl(self, state):
+    if tuple(state.indent_tokens) == self.indent:
+      state.add_token(self.text)
+    else:
+      self.original._codegen(state)  # pylint: disable=protected-access
+
+
+# the fields of a compound statement, or of its clauses, that can hold
+# blocks of statements (an if's elif / else, a try's handlers ...)
+_CLAUSE_FIELDS = ('body', 'orelse', 'handlers', 'finalbody', 'cases')
+
+
+def _with_written(node, known):
+  """``node`` (a compound statement or a clause of one) with the
+  statements of its blocks whose text ``known(stmt)`` gives (``(text,
+  indent)`` or None) stood for by a ``_Written``; ``node`` itself where
+  none is known."""
+  if type(node) is cst.SimpleStatementLine:
+    return node  # (no block inside)
+  changes = {}
+  for field in _CLAUSE_FIELDS:
+    value = getattr(node, field, None)
+    if value is None or isinstance(value, (str, cst.MaybeSentinel,
+                                           cst.SimpleStatementSuite)):
+      continue
+    if isinstance(value, cst.IndentedBlock):
+      body, changed = [], False
+      for stmt in value.body:
+        found = known(stmt)
+        if found is not None:
+          body.append(_Written(stmt, found[0], found[1]))
+          changed = True
+        else:
+          new = _with_written(stmt, known)
+          changed = changed or new is not stmt
+          body.append(new)
+      if changed:
+        changes[field] = value.with_changes(body=body)
+    elif isinstance(value, cst.CSTNode):
+      new = _with_written(value, known)
+      if new is not value:
+        changes[field] = new
+    elif isinstance(value, (tuple, list)):
+      new = [_with_written(v, known) if isinstance(v, cst.CSTNode) else v
+             for v in value]
+      if any(a is not b for a, b in zip(new, value)):
+        changes[field] = new
+  return node.with_changes(**changes) if changes else node
+
+
+_NEWLINE = re.compile(r'\r\n?|\n')
+
+
+def _lines_of(text):
+  """The lines of ``text``, each with its newline (libcst's newlines)."""
+  out, start = [], 0
+  for m in _NEWLINE.finditer(text):
+    out.append(text[start:m.end()])
+    start = m.end()
+  if start < len(text):
+    out.append(text[start:])
+  return out
+
+
 class StatementTexts:
   """The source of top-level statements already generated, by statement
   object (each kept alive with its text, so that an ``id`` is never taken
   for another's): a pass that changes a file keeps the statements it does
   not change (walk.FastTransformer), whose text need not be generated
-  again."""
+  again.  A changed statement keeps most of its inner statements too:
+  with ``spans`` (positions.code_statements_and_lines's, of the module
+  whose code is ``code``) the text of each of those as written is a slice
+  of ``code``, used where the indentation is the one it was written at
+  (speed: a changed line in a long function generated the whole function,
+  after the program pass and again at the end; the same text,
+  tests/test_upgrade_fast_paths.py)."""
 
-  def __init__(self, module=None, texts=None):
+  def __init__(self, module=None, texts=None, spans=None, code=None):
     self._texts = {}  # id(stmt) -> (stmt, its text)
     if module is not None:
       for stmt, text in zip(module.body, texts):
         self._texts[id(stmt)] = (stmt, text)
+    self._spans = spans if code is not None else None
+    self._code = code
+    self._lines = None
+
+  def _written(self, stmt):
+    """(text, indentation) of ``stmt`` as written, or None."""
+    span = self._spans.get(id(stmt))
+    if span is None or span[0] is not stmt:
+      return None
+    if self._lines is None:
+      self._lines = _lines_of(self._code)
+    text = ''.join(self._lines[span[1] - 1:span[2] - 1])
+    if not text.endswith(('\n', '\r')):  # (the file's last line, no newline)
+      return None
+    return text, span[3]
 
   def _text(self, stmt, module):
     entry = self._texts.get(id(stmt))
     if entry is not None and entry[0] is stmt:
       return entry[1]
-    text = code(stmt, module)
+    node = stmt
+    if self._spans:
+      node = _with_written(stmt, self._written)
+    text = code(node, module)
     self._texts[id(stmt)] = (stmt, text)
     return text
 

@@ -100,15 +100,56 @@ class _TextLineState(_LineState):
       self.tokens.pop()
 
 
-def code_statements_and_lines(module):
+def _statement_classes():
+  import libcst as cst  # pylint: disable=g-import-not-at-top
+  return frozenset(c for c in vars(cst).values() if isinstance(c, type)
+                   and issubclass(c, cst.BaseStatement))
+
+
+_STATEMENTS = None  # libcst's statement classes
+
+
+class _SpanState(_TextLineState):
+  """``_TextLineState`` that records the lines of each statement
+  (``code_statements_and_lines``'s ``spans``)."""
+
+  def __init__(self, default_indent, default_newline, spans):
+    super().__init__(default_indent, default_newline)
+    global _STATEMENTS
+    if _STATEMENTS is None:
+      _STATEMENTS = _statement_classes()
+    self.statements = _STATEMENTS
+    self.spans = spans
+    self.open = {}
+
+  def before_codegen(self, node):
+    self.lines[id(node)] = self.line
+    if type(node) in self.statements:
+      self.open[id(node)] = (self.line, tuple(self.indent_tokens))
+
+  def after_codegen(self, node):
+    if type(node) in self.statements:
+      start, indent = self.open.pop(id(node))
+      if indent:  # (a top-level statement's text is known)
+        self.spans[id(node)] = (node, start, self.line, indent)
+
+
+def code_statements_and_lines(module, spans=None):
   """``(module.code, [module.code_for_node(s) for s in module.body],
   start_lines(module))`` in one code generation instead of two (a parsed
   file needs its statement texts, and the start lines of its nodes as
   written for the report, almost always): ``Module._codegen`` as libcst
   runs it, each top-level statement's text the slice of the tokens it
   added (tests/test_upgrade_positions.py checks all three against
-  libcst's own)."""
-  state = _TextLineState(module.default_indent, module.default_newline)
+  libcst's own).
+
+  ``spans``: a dict to fill with ``id(stmt) -> (stmt, first line, the
+  line after it, the indentation it was written at)`` for every statement
+  inside a block (a statement starts and ends at a line's start: its text
+  is those lines of the code; cst_util.StatementTexts reuses it)."""
+  state = (_TextLineState(module.default_indent, module.default_newline)
+           if spans is None else
+           _SpanState(module.default_indent, module.default_newline, spans))
   state.before_codegen(module)
   for line in module.header:
     line._codegen(state)  # pylint: disable=protected-access
@@ -126,6 +167,12 @@ def code_statements_and_lines(module):
   else:
     state.pop_trailing_newline()
   state.after_codegen(module)
+  if spans:
+    import libcst as cst  # pylint: disable=g-import-not-at-top
+    for node, _, _, _ in list(spans.values()):
+      if type(node) is cst.If and type(node.orelse) is cst.If:
+        # an ``elif``: its text is not that of an ``if`` statement
+        spans.pop(id(node.orelse), None)
   return ''.join(tokens), texts, state.lines
 
 

@@ -273,6 +273,26 @@ def _statements(tree):
   return out
 
 
+def _nodes(tree):
+  """Every node of an ``ast`` tree (``ast.walk``'s, in another order),
+  without a generator per node (speed: half of ``ast.walk``'s time)."""
+  out = []
+  todo = [tree]
+  pop, push, ast_node = todo.pop, todo.append, ast.AST
+  while todo:
+    node = pop()
+    out.append(node)
+    for field in node._fields:
+      value = getattr(node, field, None)
+      if type(value) is list:
+        for child in value:
+          if isinstance(child, ast_node):
+            push(child)
+      elif isinstance(value, ast_node):
+        push(value)
+  return out
+
+
 def _ast_of(code):
   try:
     return ast.parse(code)
@@ -308,7 +328,7 @@ def uses(code, tree=None):
           out[m].add(ALL)  # flaxlegacy.migrate.X.name spelled out
   if locals_:  # (one walk: the attributes, then the bare names)
     attrs, names = set(), []
-    for node in ast.walk(tree):
+    for node in _nodes(tree):
       if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
           and node.value.id in locals_):
         attrs.add(id(node.value))

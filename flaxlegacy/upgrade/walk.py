@@ -36,10 +36,15 @@ _LIBCST_WALKS = set()  # node classes whose source is not there to read
 _ATTRIBUTE_HOOK = re.compile(r'^(visit|leave)_[A-Z]\w*?_[a-z]\w*$')
 
 
-def _fields_of(cls):
-  fields = _FIELDS.get(cls)
-  if fields is not None:
-    return fields
+_METHOD_ASTS = {}  # node class -> its _visit_and_replace_children (ast), or None
+
+
+def _walk_method(cls):
+  """The ``ast`` of ``cls``'s ``_visit_and_replace_children``, or None
+  where its source cannot be read; read once per class (the visitors'
+  and the transformers' field tables both read it)."""
+  if cls in _METHOD_ASTS:
+    return _METHOD_ASTS[cls]
   for klass in cls.__mro__:
     method = klass.__dict__.get('_visit_and_replace_children')
     if method is not None:
@@ -48,7 +53,18 @@ def _fields_of(cls):
     method = None
   try:
     fn = ast.parse(textwrap.dedent(inspect.getsource(method))).body[0]
-  except (OSError, TypeError):  # no source to read: libcst's walk
+  except (OSError, TypeError):
+    fn = None
+  _METHOD_ASTS[cls] = fn
+  return fn
+
+
+def _fields_of(cls):
+  fields = _FIELDS.get(cls)
+  if fields is not None:
+    return fields
+  fn = _walk_method(cls)
+  if fn is None:  # no source to read: libcst's walk
     _FIELDS[cls] = ()
     _LIBCST_WALKS.add(cls)
     return ()
@@ -211,29 +227,32 @@ def _token_fields(node_cls):
 def _walk_children(self, node, fields, plans, skip):
   """``FastVisitor.on_visit``'s walk below ``node``, for a visitor of
   hooks only: per child its visit hook, its children (unless the hook
-  said False), its leave hook, as libcst calls them."""
+  said False), its leave hook, as libcst calls them.  (A token stepped
+  over, ``skip``, has a plan of no hooks and nothing below to walk: it is
+  passed over by its plan.)"""
   for field in fields:
     value = getattr(node, field)
-    kind = _KINDS.get(type(value)) or _kind(type(value))
-    if kind == _NODE:
-      children = (value,)
-    elif kind == _SEQUENCE:
+    t = type(value)
+    if t is tuple:
       children = value
     else:
-      continue
-    for child in children:
-      t = type(child)
-      if t in skip:
+      kind = _KINDS.get(t) or _kind(t)
+      if kind == _NODE:
+        children = (value,)
+      elif kind == _SEQUENCE:
+        children = value
+      else:
         continue
-      plan = plans.get(t)
+    for child in children:
+      plan = plans.get(type(child))
       if plan is None:
-        plan = _plan(plans, type(self), t)
+        plan = _plan(plans, type(self), type(child))
       visit, leave, child_fields = plan
       if visit is None or visit(self, child) is not False:
-        if child_fields is None:
-          child._visit_and_replace_children(self)  # pylint: disable=protected-access
-        elif child_fields:
+        if child_fields:
           _walk_children(self, child, child_fields, plans, skip)
+        elif child_fields is None:
+          child._visit_and_replace_children(self)  # pylint: disable=protected-access
       if leave is not None:
         leave(self, child)
 
@@ -376,14 +395,7 @@ def _transform_fields(cls):
   if cls in _TFIELDS:
     return _TFIELDS[cls]
   fields = None
-  for klass in cls.__mro__:
-    method = klass.__dict__.get('_visit_and_replace_children')
-    if method is not None:
-      break
-  try:
-    fn = ast.parse(textwrap.dedent(inspect.getsource(method))).body[0]
-  except (OSError, TypeError):
-    fn = None
+  fn = _walk_method(cls)
   body = [s for s in getattr(fn, 'body', ()) if not (
       isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
   if len(body) == 1 and isinstance(body[0], ast.Return):
@@ -474,7 +486,6 @@ class FastTransformer(cst.CSTTransformer):
       if plan is None:
         plan = _tplan(plans, type(self), type(node))
       visit, leave, fields, statement, _ = plan
-      statement = statement and mode == _STATEMENTS
       keep_out = statement and self.enter_statement(node) is False
       if (visit is None or visit(self, node) is not False) and not keep_out:
         if fields is None:
@@ -502,9 +513,11 @@ class FastTransformer(cst.CSTTransformer):
     (about half of the nodes are such leaves)."""
     changes = None
     walk = self.walk
-    skip = _skipped(type(self), cst.CSTTransformer)
     if plans is None:
       plans = _NO_PLANS
+      skip = _skipped(type(self), cst.CSTTransformer)
+    else:  # (a token stepped over is a leaf of the plans: no skip check)
+      skip = ()
     for field, kind in fields:
       value = getattr(node, field)
       if type(value) in skip:
@@ -615,11 +628,13 @@ def _tplan(plans, cls, node_cls):
     hooks = _hook_table(cls, cst.CSTTransformer)
   visit = hooks.get('visit_' + node_cls.__name__)
   leave = hooks.get('leave_' + node_cls.__name__)
-  statement = issubclass(node_cls, cst.BaseStatement)
+  # (a statement of a STATEMENT_WRAPPER's walk: its statement calls)
+  statement = (issubclass(node_cls, cst.BaseStatement)
+               and _TPLANS[cls][0] == _STATEMENTS)
   # nothing to do at such a node: no hook, no statement call, and no
   # field below it to walk
   leaf = (visit is None and leave is None and fields is not None
-          and not fields and not (statement and _TPLANS[cls][0] == _STATEMENTS))
+          and not fields and not statement)
   plan = plans[node_cls] = (visit, leave, fields, statement, leaf)
   return plan
 
@@ -641,6 +656,15 @@ def _walked_fields(fmap, cls, node_cls):
 _NONTOKEN_TFIELDS = {}  # node class -> _transform_fields, less token fields
 _THOOKS = {}  # (transformer class, node class) -> its visit_X or None
 _TLEAVES = {}  # (transformer class, node class) -> its leave_X or None
+
+
+def warm():
+  """Works out now the transformers' field tables of the node classes the
+  visitors have met so far (their sources already read): forked workers
+  (api.py) inherit them instead of each reading libcst's source again."""
+  for cls in list(_METHOD_ASTS):
+    _transform_fields(cls)
+    _token_fields(cls)
 
 
 def transform(node, transformer):

@@ -374,7 +374,7 @@ class LinenEmitter:
             star_kwarg=cst.Param(name=cst.Name('kwargs'))),
         decorators=[plan.decorator],
         body=cst.IndentedBlock(body=[cst.SimpleStatementLine(
-            [cst.Return(value=cst.parse_expression('method(*args, **kwargs)'))],
+            [cst.Return(value=cst_util.expr('method(*args, **kwargs)'))],
             leading_lines=[cst.EmptyLine(comment=cst.Comment(c)) for c in (
                 '# linen allows one compact method: ' + names + ' run their',
                 '# legacy bodies through this one, so they build and share the',
@@ -395,9 +395,9 @@ class LinenEmitter:
                      value=cst.Name(p.name.value)) for p in ps.kwonly_params]
     if ps.star_kwarg is not None:
       args.append(cst.Arg(value=cst.Name(ps.star_kwarg.name.value), star='**'))
-    args = [cst.Arg(value=cst.parse_expression(f'{self_name}.{plan.body_name}'))
+    args = [cst.Arg(value=cst_util.expr(f'{self_name}.{plan.body_name}'))
             ] + args
-    call = cst.Call(func=cst.parse_expression(f'{self_name}.{plan.scope}'),
+    call = cst.Call(func=cst_util.expr(f'{self_name}.{plan.scope}'),
                     args=args)
     stmts = list(fn.body.body)
     doc = []
@@ -484,7 +484,7 @@ class LinenEmitter:
     if plan.elsewhere is not None:
       args.append(f'elsewhere={_names_tuple(plan.elsewhere)}')
     self._ctx.needed_defs[SPLIT_HELPER] = SPLIT_HELPER_SRC
-    return cst.parse_expression(f'{SPLIT_HELPER}({", ".join(args)})')
+    return cst_util.expr(f'{SPLIT_HELPER}({", ".join(args)})')
 
   # -- a submodule whose class is known at run time --
   def runtime_submodule_call(self, plan):
@@ -691,13 +691,13 @@ class LinenEmitter:
     if layer.linen in layer_table.SHIPPED:
       self._ctx.needed_imports.add(
           layer_table.SHIPPED[layer.linen].rsplit('.', 1)[0])
-      return cst.parse_expression(layer.linen)
-    return cst.parse_expression(f'{self._prefix()}.{layer.linen}')
+      return cst_util.expr(layer.linen)
+    return cst_util.expr(f'{self._prefix()}.{layer.linen}')
 
   def plain_module_base(self, plan):
     """PlainModuleBase -> ``nn.Module``."""
     del plan
-    return cst.parse_expression(self._prefix() + '.Module')
+    return cst_util.expr(self._prefix() + '.Module')
 
   def param_override(self, plan):
     """ParamOverride -> ``param(self, name, init, shape, *init_args,
@@ -742,7 +742,7 @@ class LinenEmitter:
     rest = ', '.join((a.star if isinstance(a.star, str) else '')
                      + code(a.value) for a in plan.inputs)
     self._ctx.needed_defs[DRIVER_HELPER] = _driver_helper_src()
-    return cst.parse_expression(
+    return cst_util.expr(
         f'{DRIVER_HELPER}({code(plan.module)}, {kwargs}).{plan.op}({rest})')
 
   # -- a value holding layers, module classes or functions (rules/called_layers.py) --
@@ -1164,7 +1164,7 @@ class LinenProgramEmitter:
   def apply_gradients(self, plan):
     """ApplyGradients -> ``state.apply_gradients(grads=g)``."""
     lr = plan.learning_rate
-    return cst.parse_expression(self._apply_src(
+    return cst_util.expr(self._apply_src(
         _fresh_code(plan.state), self._code(plan.grads).rstrip(', '),
         None if lr is None else self._code(lr)))
 
@@ -1190,14 +1190,14 @@ class LinenProgramEmitter:
     """ComputeGradient -> ``legacy_model.compute_gradient(loss_fn,
     state.params)``."""
     self._import(MODEL_HELPER_IMPORT)
-    return cst.parse_expression(
+    return cst_util.expr(
         f'legacy_model.compute_gradient({_fresh_code(plan.loss_fn)}, '
         f'{_fresh_code(plan.state)}.params)')
 
   def replicate(self, plan):
     """Replicate -> ``jax_utils.replicate(state)`` / ``unreplicate``."""
     self._import('from flax import jax_utils')
-    return cst.parse_expression(
+    return cst_util.expr(
         f'jax_utils.{plan.op}({_fresh_code(plan.state)})')
 
   def params_of(self, plan):
@@ -1267,7 +1267,7 @@ class LinenProgramEmitter:
 
   def init_model(self, plan):
     """InitModel -> ``M(...).init(rng, *inputs)`` (the variables)."""
-    return cst.parse_expression(self._init_src(plan))
+    return cst_util.expr(self._init_src(plan))
 
   def model_init(self, plan):
     """ModelInit -> statements: ``params = M().init(...)['params']``;
@@ -1324,14 +1324,14 @@ class LinenProgramEmitter:
     """RuntimeStateful -> ``legacy_model.stateful(...)``."""
     self._import(MODEL_HELPER_IMPORT)
     return plan.call.with_changes(
-        func=cst.parse_expression('legacy_model.stateful'))
+        func=cst_util.expr('legacy_model.stateful'))
 
   def module_partial(self, plan):
     """ModulePartial -> ``functools.partial(M, ...)``."""
     self._import('import functools')
     call = plan.call
     return call.with_changes(
-        func=cst.parse_expression('functools.partial'),
+        func=cst_util.expr('functools.partial'),
         args=cst_util.clean([cst.Arg(value=call.func.value)]
                             + list(call.args)))
 
@@ -1340,13 +1340,13 @@ class LinenProgramEmitter:
     ctor = self.module_src(plan.module)
     params = self._code(plan.params).rstrip(', ')
     inputs = ''.join(', ' + self._argsrc(a) for a in plan.inputs)
-    return cst.parse_expression(
+    return cst_util.expr(
         f"{ctor}.apply({{'params': {params}}}{inputs})")
 
   def module_function(self, plan):
     """ModuleFunction -> ``legacy_model.module_call(M)``."""
     self._import(MODEL_HELPER_IMPORT)
-    return cst.Call(func=cst.parse_expression('legacy_model.module_call'),
+    return cst.Call(func=cst_util.expr('legacy_model.module_call'),
                     args=[cst.Arg(value=plan.module)])
 
   # -- models --
@@ -1401,7 +1401,7 @@ class LinenProgramEmitter:
 
   def model_apply(self, plan):
     """ModelApply -> ``M().apply({'params': model}, x, ...)``."""
-    return cst.parse_expression(self._model_apply_src(plan))
+    return cst_util.expr(self._model_apply_src(plan))
 
   def model_apply_assign(self, plan):
     """ModelApplyAssign -> ``y[, new_state] = M().apply(...)``
@@ -1421,7 +1421,7 @@ class LinenProgramEmitter:
     if plan.carried:
       self._import(MODEL_HELPER_IMPORT)
       return plan.call.with_changes(
-          func=cst.parse_expression('legacy_model.Model'))
+          func=cst_util.expr('legacy_model.Model'))
     return plan.call.args[1].value
 
   def model_params(self, plan):
@@ -1432,7 +1432,7 @@ class LinenProgramEmitter:
     """ModelType -> ``legacy_model.Model`` or ``dict``."""
     if plan.carried:
       self._import(MODEL_HELPER_IMPORT)
-      return cst.parse_expression('legacy_model.Model')
+      return cst_util.expr('legacy_model.Model')
     return cst.Name('dict')
 
   # -- collections and keys in program code --
@@ -1440,13 +1440,13 @@ class LinenProgramEmitter:
     """ProgramRng -> ``legacy_rng.make_rng()`` / ``is_stochastic()``
     (flaxlegacy's plain-JAX frame, importable with FLAXLEGACY=off)."""
     self._import(RNG_HELPER_IMPORT)
-    return cst.parse_expression(f'legacy_rng.{plan.op}()')
+    return cst_util.expr(f'legacy_rng.{plan.op}()')
 
   def stochastic_scope(self, plan):
     """StochasticScope -> ``legacy_rng.stochastic(rng)``."""
     self._import(RNG_HELPER_IMPORT)
     return plan.call.with_changes(
-        func=cst.parse_expression('legacy_rng.stochastic'))
+        func=cst_util.expr('legacy_rng.stochastic'))
 
   def collection_dict(self, plan):
     """CollectionDict -> ``legacy_model.collection_dict(state)``: legacy's
@@ -1454,7 +1454,7 @@ class LinenProgramEmitter:
     variables (a dict of linen collections now)."""
     self._import(MODEL_HELPER_IMPORT)
     return cst.Call(
-        func=cst.parse_expression('legacy_model.collection_dict'),
+        func=cst_util.expr('legacy_model.collection_dict'),
         args=[cst.Arg(plan.call.func.value)])
 
   # -- a collection scope threaded through its model calls --
@@ -1559,12 +1559,12 @@ class LinenProgramEmitter:
   def transformation(self, plan):
     """Transformation -> ``optax.<fn>(...)`` (``inject_hyperparams`` where
     set per step; ``legacy_optax`` where optax has no same numbers)."""
-    return cst.parse_expression(self._transformation_src(plan))
+    return cst_util.expr(self._transformation_src(plan))
 
   def multi_transform(self, plan):
     """MultiTransform -> ``optax.multi_transform`` labelled by
     ``legacy_optax.traversal_labels`` (the rest frozen)."""
-    return cst.parse_expression(self._multi_transform_src(plan))
+    return cst_util.expr(self._multi_transform_src(plan))
 
   @staticmethod
   def _user_tx_src(plan):
@@ -1589,7 +1589,7 @@ class LinenProgramEmitter:
     if plan.default_rate:
       inner.append('learning_rate=0.0')  # set per step
     self._import('import optax')
-    return cst.parse_expression(
+    return cst_util.expr(
         f'optax.inject_hyperparams({_fresh_code(plan.call.func)}, '
         f'static_args={static})({", ".join(inner)})')
 
@@ -1607,7 +1607,7 @@ class LinenProgramEmitter:
     if plan.focus is not None:
       # legacy create(target, focus): a MultiOptimizer of one pair
       tx = self._labelled_src([tx], [_fresh_code(plan.focus)])
-    return cst.parse_expression(
+    return cst_util.expr(
         f'{self._train_state_class()}.create(apply_fn={apply}, '
         f'params={self._code(plan.params)}, tx={tx})')
 
@@ -1638,14 +1638,14 @@ class LinenProgramEmitter:
     """TraversalObject -> ``flax.traverse_util.ModelParamTraversal``."""
     self._import('import flax.traverse_util')
     return plan.call.with_changes(
-        func=cst.parse_expression('flax.traverse_util.ModelParamTraversal'))
+        func=cst_util.expr('flax.traverse_util.ModelParamTraversal'))
 
   def dynamic_scale(self, plan):
     """DynamicScale -> ``flax.training.dynamic_scale.DynamicScale``."""
     self._import('from flax.training import dynamic_scale as '
                  'dynamic_scale_lib')
     return plan.call.with_changes(
-        func=cst.parse_expression('dynamic_scale_lib.DynamicScale'))
+        func=cst_util.expr('dynamic_scale_lib.DynamicScale'))
 
   # -- types and the attention cache --
   def legacy_type(self, plan):
@@ -1654,10 +1654,10 @@ class LinenProgramEmitter:
     if plan.what == 'Collection':
       return cst.Name('dict')  # {'batch_stats': ...} variables
     if plan.what == 'Optimizer':
-      return cst.parse_expression(self._train_state_class(annotation=True))
+      return cst_util.expr(self._train_state_class(annotation=True))
     imp, src = LEGACY_TYPES[plan.what]
     self._import(imp)
-    return cst.parse_expression(src)
+    return cst_util.expr(src)
 
   def initialize_cache(self, plan):
     """InitializeCache -> ``legacy_initialize_cache(cache, shape...)``

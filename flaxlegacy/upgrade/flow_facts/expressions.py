@@ -25,13 +25,49 @@ from flaxlegacy.upgrade.flow_facts.shared import TRAIN_STATE  # pylint: disable=
 from flaxlegacy.upgrade.flow_facts.shared import UNKNOWN  # pylint: disable=g-importing-member
 
 
+# The branches of ``ExpressionFacts.expr_values``, in the order it tries
+# them, each with the node classes it takes (isinstance).
+_NAME, _ATTRIBUTE, _CALL, _SUBSCRIPT, _DICT, _LIST_SET, _COMPREHENSION = (
+    'name', 'attribute', 'call', 'subscript', 'dict', 'list_set',
+    'comprehension')
+_TUPLE, _IFEXP, _BOOLEAN, _LITERAL, _LAMBDA, _OTHER = (
+    'tuple', 'ifexp', 'boolean', 'literal', 'lambda', 'other')
+_BRANCHES = (
+    (_NAME, (cst.Name,)), (_ATTRIBUTE, (cst.Attribute,)), (_CALL, (cst.Call,)),
+    (_SUBSCRIPT, (cst.Subscript,)), (_DICT, (cst.Dict,)),
+    (_LIST_SET, (cst.List, cst.Set)),
+    (_COMPREHENSION, (cst.DictComp, cst.ListComp, cst.SetComp,
+                      cst.GeneratorExp)),
+    (_TUPLE, (cst.Tuple,)), (_IFEXP, (cst.IfExp,)),
+    (_BOOLEAN, (cst.BooleanOperation,)),
+    (_LITERAL, (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString,
+                cst.ConcatenatedString, cst.FormattedString, cst.Comparison,
+                cst.BinaryOperation, cst.UnaryOperation)),
+    (_LAMBDA, (cst.Lambda,)))
+_KINDS = {}  # node class -> its branch
+
+
+def _kind(t):
+  """The branch of ``expr_values`` for nodes of class ``t``, worked out
+  once per class: libcst's node classes are ABCs, whose ``isinstance`` is
+  a slow call when it fails, and ``expr_values`` is asked of most
+  expressions of a codebase, several times over (speed)."""
+  kind = next((k for k, classes in _BRANCHES if issubclass(t, classes)),
+              _OTHER)
+  _KINDS[t] = kind
+  return kind
+
+
 class ExpressionFacts:
   """The values of an expression (a mixin of ``Flow``)."""
 
   def expr_values(self, rel, qual, expr):
     """The values ``expr`` (a libcst node in scope ``qual`` of ``rel``) can
     hold, with the facts as they stand."""
-    if isinstance(expr, cst.Name):
+    kind = _KINDS.get(type(expr))
+    if kind is None:
+      kind = _kind(type(expr))
+    if kind is _NAME:
       if expr.value == 'None':
         return {NONE}
       if expr.value in ('True', 'False'):
@@ -56,7 +92,7 @@ class ExpressionFacts:
       if slot is None:
         return {FUNCTION} if expr.value in shared.BUILTINS else {UNKNOWN}
       return set(self.values.get(slot, set()))
-    if isinstance(expr, cst.Attribute):
+    if kind is _ATTRIBUTE:
       f = self._module_files.get(rel)
       attr = cst_util.legacy_attr(expr, f.nn_prefixes) if f else None
       if attr is not None:
@@ -105,9 +141,9 @@ class ExpressionFacts:
         else:
           out.add(UNKNOWN)
       return out
-    if isinstance(expr, cst.Call):
+    if kind is _CALL:
       return self._call_values(rel, qual, expr)
-    if isinstance(expr, cst.Subscript):
+    if kind is _SUBSCRIPT:
       out = set()
       for v in self.expr_values(rel, qual, expr.value):
         if v[0] == 'container':
@@ -122,7 +158,7 @@ class ExpressionFacts:
         else:
           out.add(UNKNOWN)
       return out
-    if isinstance(expr, cst.Dict):
+    if kind is _DICT:
       # a dict: one value per literal, its keys and values in slots
       site = ('c', rel, id(expr))
       self._add(('keys', site), set())
@@ -133,7 +169,7 @@ class ExpressionFacts:
         else:  # {**other, ...}
           self._merge_dict(site, self.expr_values(rel, qual, e.value))
       return {('container', site)}
-    if isinstance(expr, (cst.List, cst.Set)):
+    if kind is _LIST_SET:
       # a container: one value per literal, its elements in a slot
       site = ('c', rel, id(expr))
       vals = set()
@@ -144,32 +180,28 @@ class ExpressionFacts:
           vals.add(UNKNOWN)
       self._add(site, vals)
       return {('container', site)}
-    if isinstance(expr, (cst.DictComp, cst.ListComp, cst.SetComp,
-                         cst.GeneratorExp)):
+    if kind is _COMPREHENSION:
       # {k: M.partial(**c) for k, c in ...}: a table of its element values
       site = ('c', rel, id(expr))
       elt = expr.value if isinstance(expr, cst.DictComp) else expr.elt
       self._add(site, self.expr_values(rel, qual, elt))
       return {('container', site)}
-    if isinstance(expr, cst.Tuple):
+    if kind is _TUPLE:
       if any(isinstance(e, cst.StarredElement) for e in expr.elements):
         return {UNKNOWN}
       site = ('t', rel, id(expr))
       for i, e in enumerate(expr.elements):
         self._add((site, i), self.expr_values(rel, qual, e.value))
       return {('tuple', site, len(expr.elements))}
-    if isinstance(expr, cst.IfExp):
+    if kind is _IFEXP:
       return (self.expr_values(rel, qual, expr.body)
               | self.expr_values(rel, qual, expr.orelse))
-    if isinstance(expr, cst.BooleanOperation):
+    if kind is _BOOLEAN:
       return (self.expr_values(rel, qual, expr.left)
               | self.expr_values(rel, qual, expr.right))
-    if isinstance(expr, (cst.Integer, cst.Float, cst.Imaginary,
-                         cst.SimpleString, cst.ConcatenatedString,
-                         cst.FormattedString, cst.Comparison,
-                         cst.BinaryOperation, cst.UnaryOperation)):
+    if kind is _LITERAL:
       return {OTHER}
-    if isinstance(expr, cst.Lambda):
+    if kind is _LAMBDA:
       return {FUNCTION}
     return {UNKNOWN}
 

@@ -122,7 +122,7 @@ class _Rewriter(walk.FastTransformer):
         'rule': 'array_keys', 'line': pos.start.line if pos else None,
         'what': f'self.{attr}[{idx.value.value}]: dict key from an iterated '
                 'array -> legacy_rng.hashable'})
-    new_idx = idx.with_changes(value=cst.parse_expression(
+    new_idx = idx.with_changes(value=cst_util.expr(
         f'{HELPER}({idx.value.value})'))
     return updated_node.with_changes(slice=[
         updated_node.slice[0].with_changes(slice=new_idx)])

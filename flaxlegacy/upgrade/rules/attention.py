@@ -121,7 +121,7 @@ def field_attention(resolver, expr):
   if not default:
     return None, None
   try:
-    node = cst.parse_expression(default)
+    node = cst_util.expr(default)
   except cst.ParserSyntaxError:
     return None, None
   legacy = cst_util.legacy_attr(node, up.ctx.facts.nn_prefixes)

@@ -19,6 +19,7 @@ import re
 import libcst as cst
 
 from flaxlegacy import _names
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade.cst_util import dotted
 
 # qualified legacy name -> qualified modern name (plain renames).
@@ -177,7 +178,7 @@ def spell(qualified, imports):
 
 
 def expr(src):
-  return cst.parse_expression(src)
+  return cst_util.expr(src)
 
 
 def _module_of(target):

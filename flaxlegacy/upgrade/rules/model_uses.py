@@ -67,6 +67,20 @@ def _flow(codebase):
   return getattr(codebase, 'flow', None)
 
 
+_OTHER = 'other'
+_SEEN = {}  # node class -> the one of Name, Attribute, Call it is, or _OTHER
+
+
+def _seen_kind(t):
+  """``_Uses._see``'s question of a node class, worked out once per class
+  (it is asked of every node of the walked statements; libcst's classes
+  are ABCs, whose isinstance is a slow call when it fails)."""
+  kind = next((c for c in (cst.Name, cst.Attribute, cst.Call)
+               if issubclass(t, c)), _OTHER)
+  _SEEN[t] = kind
+  return kind
+
+
 class _Uses(walk.ScopedVisitor):
   """One file: the occurrences of the places of interest, each with its
   parent chain (the two nodes above it)."""
@@ -135,18 +149,23 @@ class _Uses(walk.ScopedVisitor):
   def _see(self, node):
     if id(node) in self.targets:
       return
-    if isinstance(node, cst.Name) and node.value in self.names:
+    kind = _SEEN.get(type(node))
+    if kind is None:
+      kind = _seen_kind(type(node))
+    if kind is _OTHER:
+      return
+    if kind is cst.Name and node.value in self.names:
       parent = self.stack[-1] if self.stack else None
       if isinstance(parent, cst.Attribute) and parent.attr is node:
         return
       slot = self.flow._name_slot(self.rel, self._qual(), node.value)  # pylint: disable=protected-access
       if slot in self.names[node.value]:
         self._record(slot, node)
-    elif isinstance(node, cst.Attribute) and node.attr.value in self.attrs:
+    elif kind is cst.Attribute and node.attr.value in self.attrs:
       for slot in self.flow._attr_slots(self.rel, self._qual(), node):  # pylint: disable=protected-access
         if slot in self.attrs[node.attr.value]:
           self._record(slot, node)
-    elif isinstance(node, cst.Call):
+    elif kind is cst.Call:
       f = node.func
       name = (f.value if isinstance(f, cst.Name) else f.attr.value
               if isinstance(f, cst.Attribute) else None)

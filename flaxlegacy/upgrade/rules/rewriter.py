@@ -242,7 +242,7 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     if code is None:
       return None
     rest = code[len(v.value.value) + 1:]
-    return cst_util.legacy_attr(cst.parse_expression(rest),
+    return cst_util.legacy_attr(cst_util.expr(rest),
                                 other.nn_prefixes), code
 
   def _shipped_function(self, node, attr, code):

@@ -147,7 +147,7 @@ class _Pass(cst_util.TodoComments, walk.FastTransformer):
       if self._is_case(ob.value):
         self.need_parameterized = True
         self.rewrote(ob, 'jax.test_util.JaxTestCase -> parameterized.TestCase')
-        b = b.with_changes(value=cst.parse_expression('parameterized.TestCase'))
+        b = b.with_changes(value=cst_util.expr('parameterized.TestCase'))
       bases.append(b)
     return updated_node.with_changes(bases=bases)
 

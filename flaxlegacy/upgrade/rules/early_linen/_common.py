@@ -138,7 +138,7 @@ def apply(rule, module):
 
 
 def e(src):
-  return cst.parse_expression(src)
+  return cst_util.expr(src)
 
 
 def positional(call):

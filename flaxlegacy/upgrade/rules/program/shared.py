@@ -7,6 +7,7 @@ import os
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade.emit import linen as linen_emit
 from flaxlegacy.upgrade.rules import objects
@@ -46,7 +47,7 @@ NEXT = object()
 
 
 def expr_node(src):
-  return cst.parse_expression(src)
+  return cst_util.expr(src)
 
 
 def stmt_node(src):
