@@ -393,9 +393,10 @@ def test_examples_upgraded_name_flaxlegacy_only_in_comments(tmp_path):
     added = _texts(out, flaxlegacy_outside_comments(out))
     added -= _texts(src, flaxlegacy_outside_comments(src))
     assert added == set(), example
-  # imagenet keeps legacy's checkpoint files: the helper is copied
+  # imagenet keeps legacy's checkpoint files, and its test reads a
+  # collection's as_dict(): the helpers are copied
   assert [sorted(s['names']) for s in report['shipped']] == [
-      ['restore_checkpoint', 'save_checkpoint']]
+      ['collection_dict', 'restore_checkpoint', 'save_checkpoint']]
 
 
 def _texts(root, found):
