@@ -169,3 +169,37 @@ def test_as_dict_read_key_by_key_like_legacy(tmp_path):
   for lg, up in zip(legacy, upgraded):
     for k in lg:
       np.testing.assert_allclose(up[k], lg[k], rtol=1e-6, err_msg=k)
+
+
+NAMED_LAMBDA = '''\
+import jax
+from flax import nn
+
+
+def compare(state, new_state, keep):
+  shapes = lambda c: jax.tree_util.tree_map(lambda x: x.shape, c.as_dict())
+  same = shapes(state) == shapes(new_state)
+  passed = lambda d: d.as_dict()
+  return same, keep(passed)
+
+
+def run(model, x, keep):
+  with nn.stateful() as init_state:
+    model(x)
+  with nn.stateful(init_state) as later:
+    model(x)
+  return compare(init_state, later, keep)
+'''
+
+
+def test_as_dict_in_a_named_lambda_called_with_collections(tmp_path):
+  """``shapes = lambda c: ... c.as_dict() ...`` called with collections
+  only (the imagenet example's test): ``c`` holds a collection.  A lambda
+  handed elsewhere (``keep(passed)``) is called from anywhere: its
+  ``as_dict()`` stays."""
+  _, out_dir, status, _ = _upgrade_dir(tmp_path, {'prog.py': NAMED_LAMBDA})
+  assert status == 0
+  out = (out_dir / 'prog.py').read_text()
+  assert ('shapes = lambda c: jax.tree_util.tree_map(lambda x: x.shape, '
+          'legacy_model.collection_dict(c))') in out, out
+  assert 'passed = lambda d: d.as_dict()' in out, out

@@ -21,10 +21,12 @@ class Def:
     self.node = node
     self.pos, self.kwonly, self.star, self.starstar = shared.params(node)
     self.is_method = is_method
+    self.is_lambda = False  # ``f = lambda ...`` in a function (node: Lambda)
     self.enclosing = enclosing  # the scope its defaults are evaluated in
     self.called = False
     self.escapes = False  # used as a value: called from anywhere
-    names = [shared.decorator_name(d) for d in node.decorators]
+    names = [shared.decorator_name(d)
+             for d in getattr(node, 'decorators', ())]  # (a lambda: none)
     self.open = any('configurable' in n for n in names)
     # gin's: its parameters take what the codebase's gin bindings give
     self.gin = any(shared.is_gin_registration(n) for n in names)
@@ -67,6 +69,7 @@ class Collect(walk.FastVisitor):
     # per open block (statement list): name -> the plain ``name = value``
     # statement last in it (None: another binding since, maybe nested)
     self.blocks = [{}]
+    self._named_lambdas = set()  # id of each ``f = lambda ...``
 
   # -- scopes --
   def _qual(self, name):
@@ -92,6 +95,9 @@ class Collect(walk.FastVisitor):
     self.blocks.pop()
 
   def leave_Assign(self, node):
+    if id(node) in self._named_lambdas:
+      self.blocks[-1][node.targets[0].target.value] = None
+      return
     if len(node.targets) == 1 and isinstance(node.targets[0].target,
                                              cst.Name):
       # ``x = v`` in a block: a load of x later in the same block reads v
@@ -213,8 +219,55 @@ class Collect(walk.FastVisitor):
                                     local, mod, (name, dots)))
 
   def visit_Assign(self, node):
+    if (len(node.targets) == 1 and isinstance(node.targets[0].target,
+                                              cst.Name)
+        and isinstance(node.value, cst.Lambda)
+        and self.scope.kind == 'function'):
+      self._named_lambda(node)
+      return
     for t in node.targets:
       self._target(t.target, node.value)
+
+  def _named_lambda(self, node):
+    """``f = lambda p: body`` in a function: a function ``f`` of it, as
+    ``def f(p): return body`` (its calls bind ``p``; used as a value, it
+    escapes and ``p`` is unknown).  The rules read names inside a lambda in the
+    enclosing function's scope, so each parameter is also a variable of
+    that scope, holding what the parameter holds (a name the scope binds
+    otherwise holds both, which only makes it less certain)."""
+    self._named_lambdas.add(id(node))
+    lam = node.value
+    name = node.targets[0].target.value
+    self.flow.not_loads.add(id(node.targets[0].target))
+    self._bind(name)
+    qual = self._qual(name)
+    parent = self.scope
+    d = Def(self.rel, qual, lam, False, self._enclosing(parent))
+    d.is_lambda = True
+    self.flow.defs[(self.rel, qual)] = d
+    self.flow.constraints.append(('def', self.rel, parent.qual, name, qual))
+    ps = lam.params
+    for p in list(ps.posonly_params) + list(ps.params) + list(
+        ps.kwonly_params):
+      if p.default is not None:
+        self.flow.constraints.append(('assign', self.rel, parent.qual,
+                                      d.slot(p.name.value), p.default))
+    s = Scope(qual, 'function', parent)
+    s.bound.update(d.names())
+    if d.star:
+      self.flow.constraints.append(('value', d.slot(d.star), UNKNOWN))
+    if d.starstar:
+      self.flow.constraints.append(('value', d.slot(d.starstar),
+                                    ('container', d.kwargs_site())))
+    self.flow.scopes[(self.rel, qual)] = s
+    self.flow.constraints.append(('assign', self.rel, qual, ('r', self.rel,
+                                                             qual), lam.body))
+    for p in list(ps.posonly_params) + list(ps.params) + list(
+        ps.kwonly_params):
+      parent.bound.add(p.name.value)
+      self.flow.constraints.append((
+          'assign', self.rel, qual,
+          ('v', self.rel, parent.qual, p.name.value), p.name))
 
   def visit_AnnAssign(self, node):
     if node.value is not None:

@@ -54,7 +54,8 @@ def _initializer_def(up, expr):
   if v[0] != 'func':
     return None
   d = up.ctx.codebase.flow.defs.get((v[1], v[2]))
-  return d.node if d is not None and not d.is_method else None
+  return d.node if d is not None and not (d.is_method or d.is_lambda) else (
+      None)
 
 
 def _needs_wrap(fn, call):

@@ -160,6 +160,8 @@ class JaxTransformRules:
     for v in values or ():
       if v[0] in ('func', 'boundmethod') and (v[1], v[2]) in flow.defs:
         d = flow.defs[(v[1], v[2])]
+        if d.is_lambda:
+          continue  # (a named lambda: not a FunctionDef)
         out.append((d.node, _Followed(v[1], v[2], d.is_method, bound)))
     return out
 
