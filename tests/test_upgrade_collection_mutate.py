@@ -5,8 +5,9 @@ init2winit's ``model_lib/test_normalization.py`` builds models through
 ``model_cls.init_by_shape`` and ``nn.Model(model_cls, params)``), where
 ``model_cls`` is ``nn.BatchNorm.partial(...)`` (a legacy layer) in one
 call and the codebase's ``VirtualBatchNorm.partial(...)`` in another;
-runs them in ``with nn.stateful(s) as s:`` blocks and in ``with
-nn.stateful(s):`` blocks with no target; syncs the statistics with
+runs them in ``with nn.stateful(s) as s:`` blocks (the model call an
+assignment or a statement of its own) and in ``with nn.stateful(s):``
+blocks with no target; syncs the statistics with
 ``model_utils.sync_local_batch_norm_stats`` (``with s.mutate() as new:``,
 ``new.as_dict()`` entries updated in place, ``new`` returned); and reads
 ``s['/']['mean']``.  Before, each of these kept legacy code (four TODOs in
@@ -126,6 +127,8 @@ TEST_NORM = '''\
         bn_y2 = bn_model(x)
       with nn.stateful(vbn_state) as vbn_state:
         vbn_y = vbn_model(x)
+      with nn.stateful(vbn_state) as vbn_state:
+        vbn_model(x)
       vbn_state = model_utils.sync_local_batch_norm_stats(vbn_state)
       with nn.stateful(vbn_state) as vbn_state:
         vbn_y2 = vbn_model(x, use_running_average=True)
@@ -200,6 +203,9 @@ def test_source(tmp_path):
           '[(input_shape, np.float32)])') in test
   assert 'model = initial_params' in test
   assert "x, mutable=['batch_stats'])[0]" in test  # the block with no target
+  # a model call as a statement of its own: the state threaded all the same
+  assert ("_, vbn_state = (vbn_model_cls)().apply({'params': vbn_model, "
+          "**vbn_state}, x, mutable=['batch_stats'])") in test
   assert "legacy_model.collection_dict(bn_state)['/']['mean']" in test
   assert ('with legacy_model.collection_copy(batch_stats) as '
           'locally_synced_batch_stats:') in utils

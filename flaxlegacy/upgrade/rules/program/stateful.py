@@ -105,6 +105,26 @@ class CollectionRules:
     return self.emit.threaded_block(plans.ThreadedBlock(
         updated_node, tuple(items)))
 
+  def visit_Expr(self, node):
+    # ``model(x)`` as a statement of its own in ``with nn.stateful(s) as
+    # t:``: legacy wrote t all the same; threaded as ``_, t = ...`` by
+    # _stateful_expression (leave_Call leaves it to that)
+    if (isinstance(node.value, cst.Call) and self._stateful
+        and self._stateful[-1][2] and self._stateful[-1][1] is not None):
+      self._assign_values.add(id(node.value))
+
+  def _stateful_expression(self, orig, stmt, line):
+    """``model(x)`` as a statement in a mutable ``nn.stateful`` block with a
+    target: ``_, t = M().apply(..., mutable=[...])`` (the statements), or
+    None."""
+    if not (isinstance(orig, cst.Expr) and isinstance(orig.value, cst.Call)
+            and id(orig.value) in self._assign_values):
+      return None
+    target = cst.AssignTarget(target=cst.Name('_'))
+    return self._stateful_assign(
+        cst.Assign(targets=[target], value=orig.value),
+        cst.Assign(targets=[target], value=stmt.value), line)
+
   def _stateful_assign(self, orig, stmt, line):
     ov = orig.value
     if not isinstance(ov, cst.Call) or id(ov) in self._rewritten_calls:
