@@ -66,6 +66,14 @@ NORMALIZATION = '''\
         y = y * self.param('scale', (feat,), initializers.ones)
         y = y + self.param('bias', (feat,), initializers.zeros)
         return jnp.reshape(y, (-1,) + x.shape[2:])
+
+
+    class Scale(nn.Module):
+      # a second module class: the codebase has no one model class whose
+      # fields the model calls could fall back on
+
+      def apply(self, x, factor=2.0):
+        return factor * x
     '''
 
 MODEL_UTILS = '''\
@@ -203,6 +211,9 @@ def test_source(tmp_path):
           '[(input_shape, np.float32)])') in test
   assert 'model = initial_params' in test
   assert "x, mutable=['batch_stats'])[0]" in test  # the block with no target
+  # a field given at the call of a model a builder made: the constructor's
+  assert ("(vbn_model_cls)(use_running_average=True).apply({'params': "
+          "vbn_model, **vbn_state}, x, mutable=['batch_stats'])") in test
   # a model call as a statement of its own: the state threaded all the same
   assert ("_, vbn_state = (vbn_model_cls)().apply({'params': vbn_model, "
           "**vbn_state}, x, mutable=['batch_stats'])") in test

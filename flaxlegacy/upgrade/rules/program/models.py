@@ -183,6 +183,11 @@ class ModelRules:
     if cls is not None and re.fullmatch(r'[\w.]+', cls):
       # the class this model was built of (nn.Model(pkg.M, params) here)
       info = alias_facts.root_info(self.codebase, None, cls.split('.')[-1])
+    if info is None and cls is not None and re.fullmatch(r'\(\w+\)', cls):
+      # ``(model_cls)``: a model builder's module, the name its caller
+      # passed (lifecycle._builder_call): the class every value of that
+      # name is (flow.py)
+      info = self._flow_info(cst.Name(cls[1:-1]))
     if info is None and not carried:
       info = self.codebase.modules.get(self.model_class or '')
     if info is not None:
