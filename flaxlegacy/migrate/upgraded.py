@@ -616,8 +616,11 @@ def collection_dict(state):
   {'bn': {'mean': m}}}}``).  The result is legacy's layout: one entry per
   module that holds state, keyed by the module's path from the root
   (``'/'`` for the root itself), each a dict of that module's values
-  (``{'/block/bn': {'mean': m}}``).  A new dict: writing into it does not
-  change ``state`` (legacy's entries were the collection's own dicts)."""
+  (``{'/block/bn': {'mean': m}}``).  The dict itself is new (legacy's
+  ``as_dict()`` was a copy of the collection's dict), but each module's
+  entry writes through to ``state``, as legacy's entries were the
+  collection's own dicts: ``collection_dict(s)['/'].update(mean=m)`` changes
+  ``s`` (where ``state`` holds plain dicts; a frozen one is not written)."""
   if state is None:
     return {}
   if not hasattr(state, 'items'):
@@ -635,11 +638,94 @@ def collection_dict(state):
       if hasattr(value, 'items'):
         walk(value, path + (key,))
       else:
-        out.setdefault('/' + '/'.join(path), {})[key] = value
+        where = '/' + '/'.join(path)
+        if where not in out:
+          out[where] = ModuleValues(node)
+        dict.__setitem__(out[where], key, value)
 
   for key in names:
     walk(state[key], ())
   return out
+
+
+@_pytree_class
+class ModuleValues(dict):
+  """One module's values in legacy's flat layout of a collection
+  (``collection_dict``): a dict that writes what is set in it through to
+  the module's dict in the nested state too (``node``, where it is a plain
+  dict).  A pytree as a dict is (a new dict when rebuilt)."""
+
+  def __init__(self, node, values=()):
+    super().__init__(values)
+    self._node = node if isinstance(node, dict) else None
+
+  def __setitem__(self, key, value):
+    super().__setitem__(key, value)
+    if self._node is not None:
+      self._node[key] = value
+
+  def __delitem__(self, key):
+    super().__delitem__(key)
+    if self._node is not None:
+      del self._node[key]
+
+  def update(self, *args, **kwargs):
+    for key, value in dict(*args, **kwargs).items():
+      self[key] = value
+
+  def setdefault(self, key, default=None):
+    if key not in self:
+      self[key] = default
+    return self[key]
+
+  def pop(self, key, *default):
+    if key not in self:
+      if default:
+        return default[0]
+      raise KeyError(key)
+    value = self[key]
+    del self[key]
+    return value
+
+  def popitem(self):
+    key = next(reversed(self))
+    return key, self.pop(key)
+
+  def clear(self):
+    for key in list(self):
+      del self[key]
+
+  def tree_flatten(self):
+    keys = sorted(self)
+    return [self[k] for k in keys], tuple(keys)
+
+  @classmethod
+  def tree_unflatten(cls, keys, children):
+    return dict(zip(keys, children))
+
+
+def _copy_nested(node):
+  if hasattr(node, 'items'):
+    return {k: _copy_nested(v) for k, v in node.items()}
+  return node
+
+
+class collection_copy:  # pylint: disable=invalid-name
+  """``with coll.mutate() as new:`` of a legacy ``nn.Collection``, upgraded
+  (``coll`` a dict of collections, ``{'batch_stats': {...}}``): ``new`` is a
+  copy of ``coll`` with dicts of its own at every level (the arrays
+  shared), so what the block writes into it (through
+  ``collection_dict(new)``'s entries) leaves ``coll`` as it was -- legacy's
+  mutable clone of the collection."""
+
+  def __init__(self, state):
+    self._state = state
+
+  def __enter__(self):
+    return {} if self._state is None else _copy_nested(self._state)
+
+  def __exit__(self, *exc):
+    return False
 
 
 def _stateful_apply(instance, params, args, kwargs):

@@ -704,6 +704,22 @@ class CollectionDict:
   call: Any
 
 
+@_plan
+class CollectionCopy:
+  """``with coll.mutate() as new:`` of a legacy ``nn.Collection`` (``call``,
+  the ``coll.mutate()`` item as rewritten so far): ``new`` is a copy of the
+  collection's variables the block may write into, ``coll`` unchanged."""
+  call: Any
+
+
+@_plan
+class CollectionEntry:
+  """``coll['/path']`` of a legacy ``nn.Collection`` (``subscript``, as
+  rewritten so far): that module's values, legacy's entry of the flat
+  layout (``legacy_model.collection_dict(coll)['/path']``)."""
+  subscript: Any
+
+
 # -- user-written optimizer definitions (rules/program/user_optimizers.py) --
 
 

@@ -288,7 +288,8 @@ def class_name(expr):
 PROGRAM_WORDS = re.compile(
     r'\boptim\b|\.target\b|\.state\.step\b|apply_gradient|\.optimize\(|'
     r'init_by_shape|create_by_shape|\.create\(|\.init\(|stateful|'
-    r'stochastic|nn\.(?:base\.)?Model|restore_checkpoint|replicate\(\)')
+    r'stochastic|nn\.(?:base\.)?Model|restore_checkpoint|replicate\(\)|'
+    r'\.mutate\(\)|\.as_dict\(\)')
 
 
 def _top_names(module):

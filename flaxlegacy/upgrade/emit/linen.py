@@ -1403,10 +1403,21 @@ class LinenProgramEmitter:
     """ModelApply -> ``M().apply({'params': model}, x, ...)``."""
     return cst_util.expr(self._model_apply_src(plan))
 
+  def model_outputs(self, plan):
+    """ModelApply with ``mutable`` whose written collection nothing
+    receives (``with nn.stateful(s):``, no target) -> ``M().apply(...,
+    mutable=[...])[0]``: the outputs."""
+    return cst.parse_expression(f'{self._model_apply_src(plan)}[0]')
+
   def model_apply_assign(self, plan):
     """ModelApplyAssign -> ``y[, new_state] = M().apply(...)``
     (statements)."""
     t = self._code(plan.target)
+    if plan.apply.mutable is not None and plan.new_state is None:
+      # no name receives the written collection (``with nn.stateful(s):``,
+      # no target): the outputs alone
+      return [cst.parse_statement(
+          f'{t} = {self._model_apply_src(plan.apply)}[0]\n')]
     if plan.new_state is not None:
       if isinstance(plan.target, (cst.Tuple, cst.List)) and not (
           t.startswith(('(', '['))):
@@ -1456,6 +1467,24 @@ class LinenProgramEmitter:
     return cst.Call(
         func=cst_util.expr('legacy_model.collection_dict'),
         args=[cst.Arg(plan.call.func.value)])
+
+  def collection_copy(self, plan):
+    """CollectionCopy -> ``legacy_model.collection_copy(coll)``: a copy of
+    the collection (dicts of its own at every level) for the block to
+    write into."""
+    self._import(MODEL_HELPER_IMPORT)
+    return cst.Call(
+        func=cst.parse_expression('legacy_model.collection_copy'),
+        args=[cst.Arg(plan.call.func.value)])
+
+  def collection_entry(self, plan):
+    """CollectionEntry -> ``legacy_model.collection_dict(coll)['/path']``:
+    one module's values, legacy's layout (an entry that writes through)."""
+    self._import(MODEL_HELPER_IMPORT)
+    sub = plan.subscript
+    return sub.with_changes(value=cst.Call(
+        func=cst.parse_expression('legacy_model.collection_dict'),
+        args=[cst.Arg(sub.value)]))
 
   # -- a collection scope threaded through its model calls --
   @staticmethod

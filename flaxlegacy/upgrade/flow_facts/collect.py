@@ -289,8 +289,14 @@ class Collect(walk.FastVisitor):
       v = node.item
       stateful = (isinstance(v, cst.Call) and cst_util.legacy_attr(
           v.func, self.f.nn_prefixes) == 'stateful')
-      self._target(node.asname.name, ('value', COLLECTION) if stateful
-                   else None)
+      if stateful:
+        self._target(node.asname.name, ('value', COLLECTION))
+      elif shared.mutate_call(v):
+        # ``with coll.mutate() as new:``: legacy's mutable copy of the
+        # collection (expressions.py: what ``coll`` holds, if a collection)
+        self._target(node.asname.name, v)
+      else:
+        self._target(node.asname.name, None)
 
   def visit_NamedExpr(self, node):
     self._target(node.target, node.value)

@@ -297,6 +297,12 @@ class ExpressionFacts:
       base = self.expr_values(rel, qual, f.value)
       if COLLECTION in base:
         return {COLLECTION} | ({UNKNOWN} if UNKNOWN in base else set())
+    if shared.mutate_call(call):
+      # coll.mutate() of a legacy nn.Collection (as a ``with`` item): its
+      # mutable copy, a collection too
+      base = self.expr_values(rel, qual, f.value)
+      if COLLECTION in base:
+        return {COLLECTION} | ({UNKNOWN} if UNKNOWN in base else set())
     if (isinstance(f, cst.Attribute) and f.attr.value == 'copy'
         and not call.args):
       base = self.expr_values(rel, qual, f.value)

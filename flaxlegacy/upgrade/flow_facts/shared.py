@@ -329,3 +329,10 @@ def class_level(fn):
   """Whether the def ``fn`` is a ``@classmethod`` / ``@staticmethod``."""
   return any(decorator_name(d) in ('classmethod', 'staticmethod')
              for d in fn.decorators)
+
+
+def mutate_call(node):
+  """``X.mutate()`` (legacy ``Collection.mutate`` / ``Cache.mutate``: no
+  arguments)."""
+  return (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
+          and node.func.attr.value == 'mutate' and not node.args)

@@ -101,6 +101,8 @@ def mutate_block(rw, item):
       return None  # Cache(batch_axes): not the lm1b shape; a TODO stays
     return ('init', None)
   if isinstance(inner, (cst.Name, cst.Attribute)):
+    if rw._collection_mutate(item):  # pylint: disable=protected-access
+      return None  # an nn.Collection's mutable copy (program/stateful.py)
     return ('step', inner)
   return None
 

@@ -79,7 +79,8 @@ def lifecycle_assign(rw, orig_call, new_call, target):
     if not objects.created_carried(rw.codebase, ('mc', rw.f.path,
                                                  id(orig_call))):
       return None
-  elif not runtime_module(rw, f.value, f.attr.value):
+  elif not (runtime_module(rw, f.value, f.attr.value) or _layers_init(
+      rw, orig_call)):
     return None
   call = new_call if (isinstance(new_call, cst.Call) and len(
       new_call.args) == len(orig_call.args)) else orig_call
@@ -88,6 +89,25 @@ def lifecycle_assign(rw, orig_call, new_call, target):
           f'time -> legacy_model.{RUNTIME_LIFECYCLE[f.attr.value]}')
   return plans.RuntimeLifecycle(f.attr.value, f.value,
                                 rw._decoded(call.args), target)  # pylint: disable=protected-access
+
+
+def _layers_init(rw, call):
+  """``X.init(rng, x)`` / ``X.init_by_shape(rng, specs)`` -- the inputs
+  alone, no keyword -- of an X that holds legacy layers and user module
+  classes known only at run time (objects.runtime_init_modules): the
+  layer's value is its linen partial, so the run-time init is linen's.
+  (With more arguments, which are a layer's inputs and which its
+  hyper-parameters only legacy's signature could tell.)"""
+  f = call.func
+  if f.attr.value not in ('init', 'init_by_shape') or len(call.args) != 2 or (
+      any(a.keyword is not None or a.star for a in call.args)):
+    return False
+  vals = objects.values(rw.codebase, rw.f.path, rw._qual(), f.value)  # pylint: disable=protected-access
+  if not vals:
+    return False
+  vals = flow_lib.usable(vals, f.attr.value,
+                         getattr(rw.codebase, 'flow', None))
+  return objects.runtime_init_modules(rw.codebase, vals)
 
 
 def mark_runtime(rw):

@@ -38,6 +38,7 @@ import os
 import libcst as cst
 
 from flaxlegacy.upgrade import flow as flow_lib
+from flaxlegacy.upgrade import layer_table
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.rules import model_uses
 
@@ -320,6 +321,32 @@ def runtime_module_classes(codebase, vals):
     info = f.modules.get(v[2]) if f is not None else None
     if info is None or info.problems or info.kind != 'class':
       return False
+  choice, _ = flow_lib.module_choice(codebase, vals)
+  return choice is None
+
+
+def runtime_init_modules(codebase, vals):
+  """Whether ``vals`` (what ``X`` of a legacy ``X.init(rng, x)`` /
+  ``X.init_by_shape(rng, specs)`` holds) are module classes known only at
+  run time, legacy layers among them: two or more different values, each a
+  user module class the upgrade converts or a legacy layer of the layer
+  table (its value there the linen partial the partial rule writes, legacy
+  defaults added), and no one class or layer that a static ``M().init``
+  could name.  Only the parameters come out (``init_module*``), never a
+  model that carries a layer (``model_carried``)."""
+  vals = [v for v in vals if v[0] != 'none']
+  if not any(v[0] == 'layer' for v in vals):
+    return runtime_module_classes(codebase, vals)
+  if len(set(vals)) < 2 or any(v[0] not in ('class', 'layer') for v in vals):
+    return False
+  for v in vals:
+    if v[0] == 'layer' and v[1] not in layer_table.LAYERS:
+      return False
+    if v[0] == 'class':
+      f = codebase.files.get(v[1])
+      info = f.modules.get(v[2]) if f is not None else None
+      if info is None or info.problems or info.kind != 'class':
+        return False
   choice, _ = flow_lib.module_choice(codebase, vals)
   return choice is None
 

@@ -178,12 +178,15 @@ class ProgramRewriter(scopes.ScopeRules, values.ValueQueries,
     new = self._lifecycle_statement(orig, stmt, updated_node)
     if new is not NEXT:
       return new
+    new = None
     if isinstance(stmt, cst.Assign) and len(stmt.targets) == 1:
       new = self._assign(orig, stmt, original_node)
-      if new is not None:
-        return cst.FlattenSentinel([
-            (s.with_changes(leading_lines=updated_node.leading_lines)
-             if i == 0 else s) for i, s in enumerate(new)])
+    elif isinstance(stmt, cst.Expr):
+      new = self._stateful_expression(orig, stmt, original_node)
+    if new is not None:
+      return cst.FlattenSentinel([
+          (s.with_changes(leading_lines=updated_node.leading_lines)
+           if i == 0 else s) for i, s in enumerate(new)])
     return updated_node
 
   def _assign(self, orig, stmt, line):

@@ -183,6 +183,11 @@ class ModelRules:
     if cls is not None and re.fullmatch(r'[\w.]+', cls):
       # the class this model was built of (nn.Model(pkg.M, params) here)
       info = alias_facts.root_info(self.codebase, None, cls.split('.')[-1])
+    if info is None and cls is not None and re.fullmatch(r'\(\w+\)', cls):
+      # ``(model_cls)``: a model builder's module, the name its caller
+      # passed (lifecycle._builder_call): the class every value of that
+      # name is (flow.py)
+      info = self._flow_info(cst.Name(cls[1:-1]))
     if info is None and not carried:
       info = self.codebase.modules.get(self.model_class or '')
     if info is not None:
@@ -206,7 +211,10 @@ class ModelRules:
                   f'defaults, but the program builds it with {what}: pass '
                   'the same values (or use the TrainState\'s apply_fn)')
     rng = self._stochastic[-1] if self._stochastic else None
-    mutable = st is not None and st[2] and st[1] is not None
+    # (a mutable block with no ``as`` target writes too: linen's layers
+    # need their collection mutable; what they write is dropped, as legacy
+    # dropped the block's new collection)
+    mutable = st is not None and st[2]
     return plans.ModelApply(
         fn=apply, params=model,
         inputs=self._decoded(a for a in updated.args if a not in field_args),
@@ -257,6 +265,13 @@ class ModelRules:
       mutable = plan.mutable is not None
       if mutable and id(original_node) in self._assign_values:
         return updated_node  # leave_SimpleStatementLine threads the state
+      if mutable and st[1] is None:
+        # ``with nn.stateful(s):`` with no target: the outputs alone
+        st[3] = True
+        self.note(original_node, 'model call in nn.stateful (no target) -> '
+                  'apply, mutable, outputs')
+        self._rewritten_calls.add(id(original_node))
+        return self.emit.model_outputs(plan)
       if mutable:
         self.todo(original_node, 'model call inside nn.stateful outside a '
                   'plain assignment: the new state is not threaded back')
@@ -336,6 +351,13 @@ class ModelRules:
                   'alone; the upgrade rewrites it only where every place '
                   'agrees: pass the module and its params there by hand')
         return updated_node
+      if not reach and self._builder_module(original_node.args[0].value):
+        # a model builder's model, its module the builder's parameter:
+        # each call of the builder names the module its models apply with
+        # (lifecycle._builder_call), and the model goes nowhere else
+        self.note(original_node, 'nn.Model(M, params) of a model builder '
+                  '(M its parameter) -> params')
+        return self.emit.model_value(plans.ModelValue(updated_node))
       if not self._known_module(original_node.args[0].value):
         # params alone would lose M: the model's calls elsewhere (a
         # parameter, an attribute ...) would call a dict
@@ -346,6 +368,24 @@ class ModelRules:
       self.note(original_node, 'nn.Model(M, params) -> params')
       return self.emit.model_value(plans.ModelValue(updated_node))
     return None
+
+  def _builder_module(self, expr):
+    """Whether ``expr`` (the M of ``nn.Model(M, params)``) is the module
+    parameter of the model builder being rewritten (``def _init(model_cls,
+    ...): ... return nn.Model(model_cls, params), state``:
+    collectors/programs.py) and every value the codebase passes there is a
+    legacy module class or layer (flow.py; nothing unknown)."""
+    if not (isinstance(expr, cst.Name) and len(self._quals) == 1):
+      return False
+    builder = self.f.model_builders.get(self._quals[0])
+    if builder is None or builder[1] != expr.value or (
+        expr.value not in builder[0]):
+      return False
+    flow = getattr(self.codebase, 'flow', None)
+    if flow is None:
+      return False
+    vals = flow.values_of(self.f.path, self._qual(), expr)
+    return all(v[0] in ('class', 'layer') for v in vals)
 
   def _attr_params(self, original_node, updated_node, k):
     """``model.params`` -> ``model`` (a model is its parameters now)."""

@@ -25,6 +25,7 @@ lines stay here."""
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.rules import attention_cache
 from flaxlegacy.upgrade.rules import lifecycle_runtime
@@ -65,6 +66,13 @@ class CollectionRules:
       call = item.item
       if isinstance(call, cst.Call) and self.is_nn(call.func, 'stateful'):
         handled.append(self._stateful.pop())
+      elif self._collection_mutate(item):
+        # ``with coll.mutate() as new:`` of a legacy nn.Collection: legacy's
+        # mutable copy of it, written through collection_dict's entries
+        self.note(item, 'coll.mutate() of a legacy nn.Collection -> '
+                  'legacy_model.collection_copy')
+        items.append(new_item.with_changes(item=self.emit.collection_copy(
+            plans.CollectionCopy(new_item.item))))
       elif attention_cache.mutate_block(self, item) is not None:
         handled.append(self._stateful.pop())
       elif isinstance(call, cst.Call) and self.is_nn(call.func, 'stochastic'):
@@ -84,8 +92,10 @@ class CollectionRules:
               item.item.func, 'stateful'), cst_util.clean)
       if runtime is not None:
         return runtime
-      what = ('legacy attention cache block' if any(
-          h[4] == attention_cache.COLLECTION for h in handled)
+      what = ('X.mutate() block, taken for a legacy attention cache (the '
+              'codebase builds one, and X is not known to hold an '
+              'nn.Collection)' if any(
+                  h[4] == attention_cache.COLLECTION for h in handled)
               else 'nn.stateful block')
       self.todo(original_node, f'{what}: no model call or init '
                 'inside that the upgrade could thread the state through')
@@ -94,6 +104,26 @@ class CollectionRules:
     # the scopes go (threaded), the body stays
     return self.emit.threaded_block(plans.ThreadedBlock(
         updated_node, tuple(items)))
+
+  def visit_Expr(self, node):
+    # ``model(x)`` as a statement of its own in ``with nn.stateful(s) as
+    # t:``: legacy wrote t all the same; threaded as ``_, t = ...`` by
+    # _stateful_expression (leave_Call leaves it to that)
+    if (isinstance(node.value, cst.Call) and self._stateful
+        and self._stateful[-1][2] and self._stateful[-1][1] is not None):
+      self._assign_values.add(id(node.value))
+
+  def _stateful_expression(self, orig, stmt, line):
+    """``model(x)`` as a statement in a mutable ``nn.stateful`` block with a
+    target: ``_, t = M().apply(..., mutable=[...])`` (the statements), or
+    None."""
+    if not (isinstance(orig, cst.Expr) and isinstance(orig.value, cst.Call)
+            and id(orig.value) in self._assign_values):
+      return None
+    target = cst.AssignTarget(target=cst.Name('_'))
+    return self._stateful_assign(
+        cst.Assign(targets=[target], value=orig.value),
+        cst.Assign(targets=[target], value=stmt.value), line)
 
   def _stateful_assign(self, orig, stmt, line):
     ov = orig.value
@@ -127,6 +157,44 @@ class CollectionRules:
                 'legacy_rng')
       return self.emit.program_rng(plans.ProgramRng(f.attr.value))
     return None
+
+  def _collection_mutate(self, item):
+    """Whether the ``with`` item ``item`` is ``coll.mutate() as new`` of a
+    legacy ``nn.Collection`` (flow.py: ``coll`` holds one; never an
+    attention cache, rules/attention_cache.py)."""
+    call = item.item
+    return (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
+            and call.func.attr.value == 'mutate' and not call.args
+            and item.asname is not None
+            and isinstance(item.asname.name, cst.Name)
+            and isinstance(call.func.value, (cst.Name, cst.Attribute))
+            and self._flow_collection(call.func.value))
+
+  def _flow_collection(self, expr):
+    """Whether flow.py says ``expr`` holds a legacy ``nn.Collection`` and
+    nothing else (no name convention: a ``.mutate()`` or ``['/path']`` of
+    anything else is not legacy's)."""
+    flow = getattr(self.codebase, 'flow', None)
+    if flow is None:
+      return False
+    return flow.values_of(self.f.path, self._qual(), expr) == frozenset(
+        {flow_lib.COLLECTION})
+
+  def leave_Subscript(self, original_node, updated_node):
+    """``coll['/path']`` of a legacy ``nn.Collection`` (legacy's
+    ``Collection.__getitem__``: the module's values by its path) ->
+    ``legacy_model.collection_dict(coll)['/path']``."""
+    updated_node = super().leave_Subscript(original_node, updated_node)
+    sl = original_node.slice
+    if (len(sl) == 1 and isinstance(sl[0].slice, cst.Index)
+        and isinstance(sl[0].slice.value, cst.SimpleString)
+        and sl[0].slice.value.evaluated_value.startswith('/')
+        and isinstance(original_node.value, (cst.Name, cst.Attribute))
+        and self._flow_collection(original_node.value)):
+      self.note(original_node, "coll['/path'] of a legacy nn.Collection -> "
+                'legacy_model.collection_dict(coll)[...]')
+      return self.emit.collection_entry(plans.CollectionEntry(updated_node))
+    return updated_node
 
   def _call_as_dict(self, original_node, updated_node):
     """``state.as_dict()`` of a legacy ``nn.Collection``."""
