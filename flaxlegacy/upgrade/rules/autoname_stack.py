@@ -144,7 +144,9 @@ def analyse(codebase):
     f = call.func
     if isinstance(f, cst.Name) and f.value in _BUILTINS:
       return False  # range, len, ...: a builtin, not a lambda
-    return any(v[0] == 'function' for v in values)
+    # (a lambda bound to a name in a function is a 'func' of the facts)
+    return any(v[0] == 'function' or v[0] == 'func' and getattr(
+        flow.defs.get((v[1], v[2])), 'is_lambda', False) for v in values)
 
   candidates = {(rel, qual) for (rel, qual) in flow.defs
                 if '.' not in qual
