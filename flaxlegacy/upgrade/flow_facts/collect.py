@@ -174,16 +174,20 @@ class Collect(walk.FastVisitor):
     s.bound.update(d.names())
     if in_class and d.pos:
       s.self_name = d.pos[0]
-    if d.star:
-      self.flow.constraints.append(('value', d.slot(d.star), UNKNOWN))
-    if d.starstar:
-      # a dict of the keywords the calls pass beyond the named parameters
-      # (its keys and values bound by _bind_args)
-      self.flow.constraints.append(('value', d.slot(d.starstar),
-                                    ('container', d.kwargs_site())))
+    self._star_params(d)
     self.flow.scopes[(self.rel, qual)] = s
     self.stack.append(self.scope)
     self.scope = s
+
+  def _star_params(self, d):
+    """``*args`` of ``d``: unknown; ``**kwargs``: a dict of the keywords
+    the calls pass beyond the named parameters (its keys and values bound
+    by _bind_args)."""
+    if d.star:
+      self.flow.constraints.append(('value', d.slot(d.star), UNKNOWN))
+    if d.starstar:
+      self.flow.constraints.append(('value', d.slot(d.starstar),
+                                    ('container', d.kwargs_site())))
 
   def leave_FunctionDef(self, node):
     self.scope = self.stack.pop()
@@ -254,11 +258,7 @@ class Collect(walk.FastVisitor):
                                       d.slot(p.name.value), p.default))
     s = Scope(qual, 'function', parent)
     s.bound.update(d.names())
-    if d.star:
-      self.flow.constraints.append(('value', d.slot(d.star), UNKNOWN))
-    if d.starstar:
-      self.flow.constraints.append(('value', d.slot(d.starstar),
-                                    ('container', d.kwargs_site())))
+    self._star_params(d)
     self.flow.scopes[(self.rel, qual)] = s
     self.flow.constraints.append(('assign', self.rel, qual, ('r', self.rel,
                                                              qual), lam.body))

@@ -316,13 +316,18 @@ def runtime_module_classes(codebase, vals):
   if len({(v[1], v[2]) for v in vals if v[0] == 'class'}) < 2 or any(
       v[0] != 'class' for v in vals):
     return False
-  for v in vals:
-    f = codebase.files.get(v[1])
-    info = f.modules.get(v[2]) if f is not None else None
-    if info is None or info.problems or info.kind != 'class':
-      return False
+  if not all(_converted_class(codebase, v) for v in vals):
+    return False
   choice, _ = flow_lib.module_choice(codebase, vals)
   return choice is None
+
+
+def _converted_class(codebase, v):
+  """Whether the value ``('class', rel, name, ...)`` is a user module
+  class the upgrade converts (no problems)."""
+  f = codebase.files.get(v[1])
+  info = f.modules.get(v[2]) if f is not None else None
+  return info is not None and not info.problems and info.kind == 'class'
 
 
 def runtime_init_modules(codebase, vals):
@@ -342,11 +347,8 @@ def runtime_init_modules(codebase, vals):
   for v in vals:
     if v[0] == 'layer' and v[1] not in layer_table.LAYERS:
       return False
-    if v[0] == 'class':
-      f = codebase.files.get(v[1])
-      info = f.modules.get(v[2]) if f is not None else None
-      if info is None or info.problems or info.kind != 'class':
-        return False
+    if v[0] == 'class' and not _converted_class(codebase, v):
+      return False
   choice, _ = flow_lib.module_choice(codebase, vals)
   return choice is None
 
