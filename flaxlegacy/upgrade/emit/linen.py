@@ -1345,9 +1345,7 @@ class LinenProgramEmitter:
 
   def module_function(self, plan):
     """ModuleFunction -> ``legacy_model.module_call(M)``."""
-    self._import(MODEL_HELPER_IMPORT)
-    return cst.Call(func=cst_util.expr('legacy_model.module_call'),
-                    args=[cst.Arg(value=plan.module)])
+    return self._model_helper_call('module_call', plan.module)
 
   # -- models --
   def apply_fn_src(self, plan):
@@ -1463,28 +1461,26 @@ class LinenProgramEmitter:
     """CollectionDict -> ``legacy_model.collection_dict(state)``: legacy's
     flat layout (``{'/block/bn': {'mean': m}}``) of the collection's
     variables (a dict of linen collections now)."""
-    self._import(MODEL_HELPER_IMPORT)
-    return cst.Call(
-        func=cst_util.expr('legacy_model.collection_dict'),
-        args=[cst.Arg(plan.call.func.value)])
+    return self._model_helper_call('collection_dict', plan.call.func.value)
 
   def collection_copy(self, plan):
     """CollectionCopy -> ``legacy_model.collection_copy(coll)``: a copy of
     the collection (dicts of its own at every level) for the block to
     write into."""
-    self._import(MODEL_HELPER_IMPORT)
-    return cst.Call(
-        func=cst.parse_expression('legacy_model.collection_copy'),
-        args=[cst.Arg(plan.call.func.value)])
+    return self._model_helper_call('collection_copy', plan.call.func.value)
 
   def collection_entry(self, plan):
     """CollectionEntry -> ``legacy_model.collection_dict(coll)['/path']``:
     one module's values, legacy's layout (an entry that writes through)."""
-    self._import(MODEL_HELPER_IMPORT)
     sub = plan.subscript
-    return sub.with_changes(value=cst.Call(
-        func=cst.parse_expression('legacy_model.collection_dict'),
-        args=[cst.Arg(sub.value)]))
+    return sub.with_changes(
+        value=self._model_helper_call('collection_dict', sub.value))
+
+  def _model_helper_call(self, name, value):
+    """``legacy_model.<name>(value)`` (flaxlegacy's model helpers)."""
+    self._import(MODEL_HELPER_IMPORT)
+    return cst.Call(func=cst_util.expr(f'legacy_model.{name}'),
+                    args=[cst.Arg(value)])
 
   # -- a collection scope threaded through its model calls --
   @staticmethod

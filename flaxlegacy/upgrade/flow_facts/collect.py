@@ -12,6 +12,13 @@ from flaxlegacy.upgrade.flow_facts.shared import NONE  # pylint: disable=g-impor
 from flaxlegacy.upgrade.flow_facts.shared import UNKNOWN  # pylint: disable=g-importing-member
 
 
+def _named_params(fn):
+  """The parameters of the def or lambda ``fn`` that have names of their
+  own (positional-only, positional, keyword-only)."""
+  ps = fn.params
+  return list(ps.posonly_params) + list(ps.params) + list(ps.kwonly_params)
+
+
 class Def:
   """A function (or method, or legacy apply) of the codebase."""
 
@@ -162,27 +169,25 @@ class Collect(walk.FastVisitor):
         if kind is not None:
           self.flow.constraints.append(('cases', self.rel, d, dec.decorator,
                                         kind == 'named_parameters'))
-    # defaults: evaluated where the def is
-    ps = node.params
-    for p in list(ps.posonly_params) + list(ps.params) + list(
-        ps.kwonly_params):
-      if p.default is not None:
-        self.flow.constraints.append(('assign', self.rel, d.enclosing.qual,
-                                      d.slot(p.name.value), p.default))
+    self._params(d)
     s = Scope(qual, 'function', parent,
                cls=parent.qual if in_class else None)
     s.bound.update(d.names())
     if in_class and d.pos:
       s.self_name = d.pos[0]
-    self._star_params(d)
     self.flow.scopes[(self.rel, qual)] = s
     self.stack.append(self.scope)
     self.scope = s
 
-  def _star_params(self, d):
-    """``*args`` of ``d``: unknown; ``**kwargs``: a dict of the keywords
-    the calls pass beyond the named parameters (its keys and values bound
-    by _bind_args)."""
+  def _params(self, d):
+    """The parameters of ``d`` (a def or a named lambda): defaults,
+    evaluated where ``d`` is; ``*args``: unknown; ``**kwargs``: a dict of
+    the keywords the calls pass beyond the named parameters (its keys and
+    values bound by _bind_args)."""
+    for p in _named_params(d.node):
+      if p.default is not None:
+        self.flow.constraints.append(('assign', self.rel, d.enclosing.qual,
+                                      d.slot(p.name.value), p.default))
     if d.star:
       self.flow.constraints.append(('value', d.slot(d.star), UNKNOWN))
     if d.starstar:
@@ -235,8 +240,8 @@ class Collect(walk.FastVisitor):
   def _named_lambda(self, node):
     """``f = lambda p: body`` in a function: a function ``f`` of it, as
     ``def f(p): return body`` (its calls bind ``p``; used as a value, it
-    escapes and ``p`` is unknown).  The rules read names inside a lambda in the
-    enclosing function's scope, so each parameter is also a variable of
+    escapes and ``p`` is unknown).  The rules read names inside a lambda in
+    the enclosing function's scope, so each parameter is also a variable of
     that scope, holding what the parameter holds (a name the scope binds
     otherwise holds both, which only makes it less certain)."""
     self._named_lambdas.add(id(node))
@@ -250,20 +255,13 @@ class Collect(walk.FastVisitor):
     d.is_lambda = True
     self.flow.defs[(self.rel, qual)] = d
     self.flow.constraints.append(('def', self.rel, parent.qual, name, qual))
-    ps = lam.params
-    for p in list(ps.posonly_params) + list(ps.params) + list(
-        ps.kwonly_params):
-      if p.default is not None:
-        self.flow.constraints.append(('assign', self.rel, parent.qual,
-                                      d.slot(p.name.value), p.default))
+    self._params(d)
     s = Scope(qual, 'function', parent)
     s.bound.update(d.names())
-    self._star_params(d)
     self.flow.scopes[(self.rel, qual)] = s
     self.flow.constraints.append(('assign', self.rel, qual, ('r', self.rel,
                                                              qual), lam.body))
-    for p in list(ps.posonly_params) + list(ps.params) + list(
-        ps.kwonly_params):
+    for p in _named_params(lam):
       parent.bound.add(p.name.value)
       self.flow.constraints.append((
           'assign', self.rel, qual,

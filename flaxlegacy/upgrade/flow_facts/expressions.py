@@ -289,16 +289,11 @@ class ExpressionFacts:
     if gin in GIN_RESULTS:
       return {GINVAL}
     if (isinstance(f, cst.Attribute) and f.attr.value == 'as_dict'
-        and not call.args):
+        and not call.args) or shared.mutate_call(call):
       # s.as_dict() of a legacy nn.Collection: legacy's flat dict of its
       # state (legacy_model.collection_dict).  Kept a collection here: the
       # facts are by name, and ``s = s.as_dict()`` must not make ``s`` a
-      # collection in some runs only
-      base = self.expr_values(rel, qual, f.value)
-      if COLLECTION in base:
-        return {COLLECTION} | ({UNKNOWN} if UNKNOWN in base else set())
-    if shared.mutate_call(call):
-      # coll.mutate() of a legacy nn.Collection (as a ``with`` item): its
+      # collection in some runs only.  s.mutate() (as a ``with`` item): its
       # mutable copy, a collection too
       base = self.expr_values(rel, qual, f.value)
       if COLLECTION in base:

@@ -49,6 +49,7 @@ import re
 import libcst as cst
 
 from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade.flow_facts import shared as flow_shared
 from flaxlegacy.upgrade.emit.linen import CACHE_ENTRY_HELPERS  # pylint: disable=g-importing-member
 
 # a legacy Cache built somewhere in the codebase
@@ -79,20 +80,24 @@ def enabled(codebase):
   return bool(getattr(codebase, 'attention_cache', False))
 
 
+def mutated(item):
+  """``X`` of a ``with`` item ``X.mutate() as N`` (a name bound), else
+  None."""
+  call = item.item
+  if (flow_shared.mutate_call(call) and item.asname is not None
+      and isinstance(item.asname.name, cst.Name)):
+    return call.func.value
+  return None
+
+
 def mutate_block(rw, item):
   """What a ``with`` item ``X.mutate() as N`` is, for programs.py:
   ('init', None) for ``nn.attention.Cache().mutate()``, ('step', X) for
   ``X.mutate()`` on another expression, in a codebase of caches; else
   None.
   """
-  call = item.item
-  if not (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-          and call.func.attr.value == 'mutate' and not call.args
-          and item.asname is not None
-          and isinstance(item.asname.name, cst.Name)):
-    return None
-  inner = call.func.value
-  if not enabled(rw.codebase):
+  inner = mutated(item)
+  if inner is None or not enabled(rw.codebase):
     return None
   if isinstance(inner, cst.Call) and (
       rw.is_nn(inner.func, 'attention.Cache')

@@ -162,13 +162,9 @@ class CollectionRules:
     """Whether the ``with`` item ``item`` is ``coll.mutate() as new`` of a
     legacy ``nn.Collection`` (flow.py: ``coll`` holds one; never an
     attention cache, rules/attention_cache.py)."""
-    call = item.item
-    return (isinstance(call, cst.Call) and isinstance(call.func, cst.Attribute)
-            and call.func.attr.value == 'mutate' and not call.args
-            and item.asname is not None
-            and isinstance(item.asname.name, cst.Name)
-            and isinstance(call.func.value, (cst.Name, cst.Attribute))
-            and self._flow_collection(call.func.value))
+    coll = attention_cache.mutated(item)
+    return (isinstance(coll, (cst.Name, cst.Attribute))
+            and self._flow_collection(coll))
 
   def _flow_collection(self, expr):
     """Whether flow.py says ``expr`` holds a legacy ``nn.Collection`` and
