@@ -93,28 +93,17 @@ SUBMODULE_REEXPORTS = {
 
 def legacy_attr(node, prefixes):
   """'Dense' for ``nn.Dense`` when ``nn`` is a legacy prefix, else None."""
-  t = type(node)
-  if t is cst.Name or t is cst.Call:
-    # (the answer for every name: a name has no dot after a prefix;
-    # a call is neither a name nor an attribute.  Asked of most names and
-    # calls of a codebase: libcst's classes are ABCs, whose isinstance is
-    # a slow call when it fails)
-    return None
-  if t is cst.Attribute:  # the same steps as below, by class
-    inner = node.value
-    while type(inner) is cst.Attribute:
-      inner = inner.value
-    if type(inner) is cst.Name:
-      return _prefixed(dotted(node), prefixes)
-  name = dotted(node) if isinstance(node, (cst.Attribute, cst.Name)) else None
-  if not name:
-    return None
-  inner = node
-  while isinstance(inner, cst.Attribute):
+  # (by node class: asked of most names and calls of a codebase, and
+  # libcst's classes are ABCs, whose isinstance is a slow call when it
+  # fails)
+  if type(node) is not cst.Attribute:
+    return None  # a name has no dot after a prefix; a call is no name
+  inner = node.value
+  while type(inner) is cst.Attribute:
     inner = inner.value
-  if not isinstance(inner, cst.Name):
+  if type(inner) is not cst.Name:
     return None  # nn.Conv(...).sum: an attribute of a value, not of nn
-  return _prefixed(name, prefixes)
+  return _prefixed(dotted(node), prefixes)
 
 
 def _prefixed(name, prefixes):
