@@ -762,3 +762,62 @@ def test_legacy_flax_nn_file_gets_no_pop_or_keys_rules():
   assert 'y = jax.remat(f)' in new
   assert 'def my_init(rng, shape, dtype=None)' in new
   assert not report.left
+
+
+SCALAR_CASTS = '''\
+import json
+import jax
+import jax.numpy as jnp
+from jax import random
+
+def shuffle_seed(rng):
+  return int(jax.random.randint(rng, [1], 0, 1000))
+
+rng = jax.random.PRNGKey(3)
+a = shuffle_seed(rng)
+b = float(random.uniform(rng, shape=(1, 1)))
+c = int(jnp.zeros(1, jnp.int32))
+d = float(jnp.array([[2.5]]))
+e = int(jax.random.randint(rng, (), 0, 1000))
+f = int(jnp.sum(jnp.ones(3)))
+g = float(jax.random.normal(rng, [2]) [0])
+print(json.dumps({'a': a, 'b': b, 'c': c, 'd': d, 'e': e, 'f': f,
+                  'same': [a == int(jax.random.randint(rng, [1], 0, 1000)[0]),
+                           b == float(random.uniform(rng, (1, 1))[0, 0])]}))
+'''
+
+
+def test_scalar_cast_of_a_one_element_array(tmp_path,
+                                            python_without_flaxlegacy):
+  # init2winit's small_image_datasets: ``int()`` of a one-element (not 0-d)
+  # array, which today's JAX refuses (``Only scalar arrays can be
+  # converted``); in a file importing only JAX
+  new, report = api.upgrade_source(SCALAR_CASTS, 'data.py')
+  lines = new.splitlines()
+  assert '  return int(jax.random.randint(rng, [1], 0, 1000).item())' in lines
+  assert 'b = float(random.uniform(rng, shape=(1, 1)).item())' in lines
+  assert 'c = int(jnp.zeros(1, jnp.int32).item())' in lines
+  assert 'd = float(jnp.array([[2.5]]).item())' in lines
+  # a 0-d shape, an unknown value, an index: left as written
+  assert 'e = int(jax.random.randint(rng, (), 0, 1000))' in lines
+  assert 'f = int(jnp.sum(jnp.ones(3)))' in lines
+  assert 'g = float(jax.random.normal(rng, [2]) [0])' in lines
+  assert [r['rule'] for r in report.rewritten] == ['early_linen_jax_calls'] * 4
+  assert not report.left
+  again, _ = api.upgrade_source(new, 'data.py')
+  assert again == new
+  path = tmp_path / 'data.py'
+  path.write_text(new)
+  out = subprocess.run([python_without_flaxlegacy, str(path)],
+                       env=standalone_env.env(), cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=600)
+  assert out.returncode == 0, out.stderr[-3000:]
+  got = json.loads(out.stdout.splitlines()[-1])
+  assert got['c'] == 0 and got['d'] == 2.5 and got['same'] == [True, True]
+  # as written, today's JAX refuses the cast
+  path.write_text(SCALAR_CASTS)
+  out = subprocess.run([python_without_flaxlegacy, str(path)],
+                       env=standalone_env.env(), cwd=str(tmp_path),
+                       capture_output=True, text=True, timeout=600)
+  assert out.returncode != 0
+  assert 'Only scalar arrays can be converted' in out.stderr

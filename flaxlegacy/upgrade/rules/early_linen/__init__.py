@@ -25,7 +25,9 @@ on today's linen with ``FLAXLEGACY=off``:
   ``jnp.array(-1, dtype=jnp.uint32)``: an integer literal out of its
   dtype's range -> the value NumPy 1.x cast it to (also in files importing
   only JAX); ``lax.dynamic_slice`` slice sizes given as ``jnp.array`` of a
-  literal tuple -> the tuple.
+  literal tuple -> the tuple; ``int(jax.random.randint(k, [1], 0, n))``:
+  a scalar cast of a call known to make a one-element array -> of its
+  ``item()``.
 * ``removed_modules``: ``jax.lib.xla_client`` becomes the shipped stand-in
   where a file uses only ``PaddingType`` of it, ``jaxlib.xla_client`` where
   only names that module still has; else its import keeps a TODO.
@@ -67,7 +69,9 @@ MARKERS = ('initialize_carry', 'LSTMCell', 'GRUCell', 'ConvLSTM', '_init',
            'xla_client',
            'unfreeze', '.pop(', '.copy(', 'pretty_repr', 'def param(',
            'MultiHeadDotProductAttention', 'early_stopping', '.init(',
-           'concrete', 'int8', 'int16', 'int32', 'int64', 'dynamic_slice')
+           'concrete', 'int8', 'int16', 'int32', 'int64', 'dynamic_slice',
+           # a scalar cast of a one-element array (jax_calls)
+           'random.', 'zeros(', 'ones(', 'empty(', 'full(', 'array(')
 # What a file must import for the rules to look at it: today's flax API
 # (a file with only the legacy flax.nn / flax.optim is the legacy rules').
 _FLAX_TODAY = ('flax.linen', 'flax.core', 'flax.training', 'flax.struct',

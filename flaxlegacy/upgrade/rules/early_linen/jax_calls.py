@@ -23,7 +23,19 @@
   ``TypeError: Shapes must be 1D sequences of concrete values``).  The
   literal itself is passed (what legacy read: the sizes had to be known
   when the call was traced then too).
+* ``int(jax.random.randint(rng, [1], 0, 1000))``: ``int()`` / ``float()``
+  / ``complex()`` of an array of one element but one or more dimensions.
+  JAX of 2021 converted it (NumPy's size-1 rule); today's raises
+  ``TypeError: Only scalar arrays can be converted to Python scalars``.
+  Where the argument is a call known to make such an array -- a
+  ``jax.random`` sampler or ``jnp.zeros`` / ``ones`` / ``empty`` / ``full``
+  with a literal shape of ones (``[1]``, ``(1, 1)``, ``1``), or
+  ``jnp.array`` / ``asarray`` of a one-element list literal -- the
+  argument becomes ``X.item()`` (the same value; a 0-d array's ``item()``
+  too).  Any other argument is left: nothing says it is such an array.
 """
+
+import re
 
 import libcst as cst
 
@@ -53,10 +65,47 @@ WIDE = ('an integer literal out of its 64-bit dtype\'s range: NumPy 1.x cast '
         'OverflowError; write the value it should have')
 
 
+# jax.random samplers -> the position of their ``shape`` argument
+_SAMPLERS = {f'jax.random.{k}': v for k, v in (
+    ('randint', 1), ('uniform', 1), ('normal', 1), ('bits', 1),
+    ('gumbel', 1), ('laplace', 1), ('logistic', 1), ('rademacher', 1),
+    ('exponential', 1), ('cauchy', 1), ('bernoulli', 2), ('poisson', 2),
+    ('gamma', 2), ('choice', 2), ('truncated_normal', 3), ('beta', 3),
+    ('categorical', 3))}
+_MAKERS = {f'jax.numpy.{k}': 0 for k in ('zeros', 'ones', 'empty', 'full')}
+_SCALAR_CASTS = ('int', 'float', 'complex')
+# ``int(`` / ``float(`` / ``complex(`` of a call (a cheap filter; the rule
+# qualifies the callee)
+_CAST_OF_CALL = re.compile(r'\b(?:int|float|complex)\(\s*[\w.]+\(')
+
+
 def relevant(code, names):  # pylint: disable=unused-argument
-  # concrete=, dynamic_slice, or an integer dtype (_BITS: int8 ... uint64)
+  # concrete=, dynamic_slice, an integer dtype (_BITS: int8 ... uint64), or
+  # a scalar cast of a call
   return ('concrete' in code or 'dynamic_slice' in code or
-          any(f'int{b}' in code for b in (8, 16, 32, 64)))
+          any(f'int{b}' in code for b in (8, 16, 32, 64)) or
+          bool(_CAST_OF_CALL.search(code)))
+
+
+def _ones_shape(node):
+  """Is ``node`` a literal shape of one element and one or more
+  dimensions (``1``, ``[1]``, ``(1, 1)``)?"""
+  if _int_value(node) == 1:
+    return True
+  if isinstance(node, (cst.List, cst.Tuple)) and node.elements:
+    return all(not isinstance(el, cst.StarredElement)
+               and _int_value(el.value) == 1 for el in node.elements)
+  return False
+
+
+def _one_element_list(node):
+  """A list literal holding one element (nested: ``[[x]]``)."""
+  if not isinstance(node, cst.List) or len(node.elements) != 1 or (
+      isinstance(node.elements[0], cst.StarredElement)):
+    return False
+  inner = node.elements[0].value
+  return not isinstance(inner, (cst.List, cst.Tuple)) or _one_element_list(
+      inner)
 
 
 def _int_value(node):
@@ -184,7 +233,45 @@ class Rule(_common.Rule):
       return updated_node.with_changes(args=args)
     return updated_node
 
+  def _one_element_array(self, node):
+    """Is ``node`` a call known to make an array of one element and one or
+    more dimensions?"""
+    if not isinstance(node, cst.Call):
+      return False
+    q = self.names.qualify(node.func)
+    position = _SAMPLERS.get(q, _MAKERS.get(q))
+    if position is not None:
+      for i, a in enumerate(node.args):
+        if a.star:
+          return False
+        if (a.keyword is None and i == position) or (
+            a.keyword is not None and a.keyword.value == 'shape'):
+          return _ones_shape(a.value)
+      return False
+    if q in _ARRAYS and node.args and node.args[0].keyword is None and (
+        not node.args[0].star):
+      return _one_element_list(node.args[0].value)
+    return False
+
+  def _scalar_cast(self, original_node, updated_node):
+    """``int(jax.random.randint(k, [1], 0, n))`` -> ``int(....item())``."""
+    if (len(updated_node.args) != 1 or updated_node.args[0].keyword
+        or updated_node.args[0].star
+        or not self._one_element_array(original_node.args[0].value)):
+      return updated_node
+    arg = updated_node.args[0]
+    self.rewrote(original_node, f'{original_node.func.value}() of an array of '
+                 'one element -> of its item() (today\'s JAX converts only '
+                 '0-d arrays)')
+    return updated_node.with_changes(args=[arg.with_changes(
+        value=cst.Call(func=cst.Attribute(value=arg.value,
+                                          attr=cst.Name('item'))))])
+
   def leave_Call(self, original_node, updated_node):
+    if isinstance(original_node.func, cst.Name) and (
+        original_node.func.value in _SCALAR_CASTS) and (
+            original_node.func.value not in self.names.imports):
+      return self._scalar_cast(original_node, updated_node)
     q = self.names.qualify(original_node.func)
     target = q
     if q == 'functools.partial' and original_node.args and (
