@@ -368,6 +368,12 @@ def upgrade_paths(srcs, out=None, in_place=False, diff=False, verify=False,
                 else '') for src in srcs]
       observed = observe_lib.run(observe, roots)
     codebase = _analyse(files, names, observed, _gin_configs(others))
+    # installed dependencies that call removed JAX names (their imports get
+    # a TODO)
+    from flaxlegacy.upgrade import dependencies  # pylint: disable=g-import-not-at-top
+    from flaxlegacy.upgrade.rules import jax_names  # pylint: disable=g-import-not-at-top
+    codebase.stale_dependencies = dependencies.scan(
+        files, codebase, dependencies.removed_names(jax_names))
     _transform_all(files, codebase)
     # the keys TODO where only the codebase says it is early linen
     from flaxlegacy.upgrade.rules import early_linen  # pylint: disable=g-import-not-at-top

@@ -476,6 +476,9 @@ class CodebaseFacts:
     # (rel, id(call)) -> why: model calls passing a field positionally
     # (split_by_call_sites)
     self.positional_field_calls = {}
+    # top-level package -> (distribution, version, uses): installed
+    # dependencies calling removed JAX names (dependencies.py)
+    self.stale_dependencies = {}
 
   def module(self, file_facts, name):
     """The module class ``name`` as seen from a file: its own first."""

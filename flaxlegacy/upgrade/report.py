@@ -39,6 +39,14 @@ def build(files, codebase, shipped=()):
           'todos': todos,
       },
   }
+  stale = getattr(codebase, 'stale_dependencies', None)
+  if stale:
+    # installed dependencies calling removed JAX names (dependencies.py)
+    out['stale_dependencies'] = {
+        top: {'distribution': name, 'version': version,
+              'uses': [{'name': q, 'file': path, 'line': line}
+                       for q, path, line in uses]}
+        for top, (name, version, uses) in sorted(stale.items())}
   if codebase.names_mode == 'linen':
     # --names linen: per upgraded class ('file:Class'), its direct children
     # legacy name -> linen name (rules/linen_names.py)

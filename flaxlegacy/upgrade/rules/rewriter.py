@@ -14,6 +14,7 @@ callee denotes, ``Resolver``, is rules/resolver.py's.
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import dependencies
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import emit as emit_lib
 from flaxlegacy.upgrade import layer_table
@@ -168,8 +169,18 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
                 'not rewrite')
     return updated_node
 
+  def _stale_dependency_todo(self, original_node, tops):
+    stale = getattr(self.ctx.codebase, 'stale_dependencies', None)
+    if not stale:
+      return
+    for top in dict.fromkeys(tops):
+      if top in stale:
+        self.todo(original_node, dependencies.why(top, stale[top]))
+
   def leave_Import(self, original_node, updated_node):
     self._in_import -= 1
+    self._stale_dependency_todo(original_node, [
+        cst_util.dotted(a.name).split('.')[0] for a in original_node.names])
     new = imports_rule.rewrite_import(updated_node) or jax_names.rename_import(
         updated_node, self.ctx.served)
     if new is not None:
@@ -179,6 +190,9 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
 
   def leave_ImportFrom(self, original_node, updated_node):
     self._in_import -= 1
+    if original_node.module is not None and not original_node.relative:
+      self._stale_dependency_todo(
+          original_node, [cst_util.dotted(original_node.module).split('.')[0]])
     new = imports_rule.rewrite_import_from(updated_node)
     if new is not None:
       self.rewrote(original_node, 'imports', 'flax.nn -> flax.linen')
