@@ -77,12 +77,16 @@ class AutoName:
   name counted at run time from one counter per body (``counter``: the
   counter's variable), as ``<type_name>_<n>``, ``<ctor_src>.__name__ +
   _<n>`` when the type is only known when the code runs, or a bare digit
-  (``bare``: ``.shared()`` without a name)."""
+  (``bare``: ``.shared()`` without a name).  ``given``: ``name=p`` where p
+  may be None (its default): p, and the auto-name where it is None."""
   literal: Optional[str] = None
   counter: Optional[str] = None
   type_name: Optional[str] = None
   ctor_src: Optional[str] = None
   bare: bool = False
+  # the name the call gives (an expression) where it may be None: the
+  # auto-name is only for the runs where it is
+  given: Any = None
 
 
 @_plan

@@ -15,6 +15,7 @@ The layer helpers below (``layer_kwarg``, ``add_layer_defaults``,
 (a submodule call's, a ``.partial``'s).
 """
 
+import dataclasses
 import re
 import weakref
 
@@ -97,6 +98,13 @@ class LinenEmitter:
 
   def name(self, auto):
     """The ``name=`` value of an AutoName."""
+    if auto.given is not None:
+      # ``p if p is not None else <auto-name>``
+      return cst.IfExp(
+          test=cst.Comparison(left=auto.given, comparisons=[
+              cst.ComparisonTarget(cst.IsNot(), cst.Name('None'))]),
+          body=auto.given,
+          orelse=self.name(dataclasses.replace(auto, given=None)))
     if auto.literal is not None:
       return cst.SimpleString(repr(auto.literal))
     if auto.bare:

@@ -6,6 +6,8 @@ A leaf of rules/: it imports no other rule (cst_util.py lists the layers).
 
 import collections
 
+import libcst as cst
+
 from flaxlegacy.upgrade import cst_util
 
 
@@ -30,6 +32,35 @@ def call_name(call):
     if cst_util.kw(a) == 'name':
       return a
   return None
+
+
+def none_default_params(fn):
+  """The parameters of a FunctionDef or Lambda whose default is ``None``."""
+  if fn is None or not hasattr(fn, 'params'):
+    return frozenset()
+  ps = fn.params
+  return frozenset(
+      p.name.value for p in list(ps.posonly_params) + list(ps.params)
+      + list(ps.kwonly_params)
+      if isinstance(p.default, cst.Name) and p.default.value == 'None')
+
+
+def name_kind(call, maybe_none=frozenset()):
+  """How a legacy module call is named: ``'auto'`` (no ``name=``, or
+  ``name=None``: legacy's default, which draws the parent's counter),
+  ``'maybe'`` (``name=p``, ``p`` a parameter in ``maybe_none`` -- its
+  default is None --: auto-named in the runs where it is None) or
+  ``'named'``."""
+  arg = call_name(call)
+  if arg is None:
+    return 'auto'
+  v = arg.value
+  if isinstance(v, cst.Name):
+    if v.value == 'None':
+      return 'auto'
+    if v.value in maybe_none:
+      return 'maybe'
+  return 'named'
 
 
 SHARED_CALL_TODO = 'call of a shared module with hyper-parameters'

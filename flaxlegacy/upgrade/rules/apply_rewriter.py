@@ -163,6 +163,8 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
     self._quals = outer + (
         [info.name, 'apply'] if info.kind == 'class' else [info.name])
     self.fields = set(info.fields) | ({info.var_kw} if info.var_kw else set())
+    # parameters whose default is None: ``name=p`` may auto-name
+    self.maybe_none = _shared.none_default_params(fn)
     self.resolver = Resolver(self, {})
     self.resolver.flow_names = False
     for _ in range(4):  # to a fixpoint: ``B = A.partial(...)``, A local

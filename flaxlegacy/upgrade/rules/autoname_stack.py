@@ -134,9 +134,14 @@ def analyse(codebase):
                                None, flow)
       calls.append((rel, qual, call, lam, values))
 
-  def builds(call, values):
-    """An unnamed legacy submodule built by ``call``."""
-    return (_shared.call_name(call) is None
+  def maybe_none(rel, qual, lam):
+    d = flow.defs.get((rel, qual))
+    out = _shared.none_default_params(d.node if d is not None else None)
+    return out | _shared.none_default_params(lam)
+
+  def builds(call, values, rel, qual, lam):
+    """A legacy submodule built by ``call`` that may be auto-named."""
+    return (_shared.name_kind(call, maybe_none(rel, qual, lam)) != 'named'
             and any(a.keyword is None and not a.star for a in call.args)
             and any(v[0] in ('layer', 'class') for v in values))
 
@@ -157,11 +162,11 @@ def analyse(codebase):
   lambdas = {}  # id(Lambda) -> (rel, the scope qual)
   for rel, qual, call, lam, values in calls:
     if lam is not None:
-      if builds(call, values):
+      if builds(call, values, rel, qual, lam):
         lambdas[id(lam)] = (rel, qual)
       continue
     top = _top_function(flow, rel, qual)
-    if (rel, top) in candidates and builds(call, values):
+    if (rel, top) in candidates and builds(call, values, rel, qual, lam):
       building.add((rel, top))
   changed = True
   while changed:

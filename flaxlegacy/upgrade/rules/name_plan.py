@@ -87,11 +87,15 @@ class NamePlan(walk.FastVisitor):
   def _ref(self, call):
     return self.resolver(call.func)
 
+  def _name_kind(self, node):
+    return _shared.name_kind(
+        node, getattr(self.resolver.up, 'maybe_none', frozenset()))
+
   def visit_Call(self, node):
     ref = self._ref(node)
     auto = (ref is not None and ref.kind in ('layer', 'class', 'partial',
                                              'attention', 'instance')
-            and _shared.call_name(node) is None)
+            and self._name_kind(node) != 'named')
     if auto and self._open_calls:
       self.nested = True
       self.nested_ids.add(id(node))
@@ -123,13 +127,17 @@ class NamePlan(walk.FastVisitor):
     if ref is None or ref.kind not in ('layer', 'class', 'partial',
                                        'attention', 'instance'):
       return
-    if _shared.call_name(node) is not None:
+    kind = self._name_kind(node)
+    if kind == 'named':
       return
     self._open_calls -= 1
     if self._open_ids and self._open_ids[-1] == id(node):
       self._open_ids.pop()
     if partial_named(ref):
       return  # X.partial(name=...) names every call
+    if kind == 'maybe':
+      # ``name=p``: only the runs where p is None draw the counter
+      self._set_dynamic()
     self.refs[id(node)] = ref
     name = type_name(ref)
     if name is None and isinstance(f, cst.Attribute):

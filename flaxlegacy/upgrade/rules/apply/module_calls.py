@@ -10,6 +10,8 @@ A construct + call is a plan (plans.SubmoduleCall) the rewriter's emitter
 writes: the case binds the arguments, leaves TODOs, reports, and decides
 the auto-name; the target's keyword spellings are the emitter's."""
 
+import dataclasses
+
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
@@ -22,6 +24,14 @@ from flaxlegacy.upgrade.rules import constructors
 from flaxlegacy.upgrade.rules import name_plan
 from flaxlegacy.upgrade.rules import runtime_modules
 from flaxlegacy.upgrade.rules import splat
+
+MAYBE_PARTIAL_NAMED = (
+    'name= a parameter whose default is None, on a .partial that names its '
+    'calls: legacy used the partial\'s name where it is None; write the '
+    'choice by hand')
+MAYBE_UNKNOWN = ('name= a parameter whose default is None: legacy '
+                 'auto-named the submodule where it is None, and the '
+                 'upgrade cannot tell that name here')
 
 
 def _module_call_form(call):
@@ -197,7 +207,17 @@ class ModuleCallRules:
                      tuple((k, a.value) for k, a in var_kw.items()))
       type_name = name_plan.type_name(target)
     name = None
-    if _shared.call_name(original) is None and not name_plan.partial_named(ref):
+    kind = _shared.name_kind(original, self.maybe_none)
+    given = None
+    if kind != 'named':
+      # ``name=None`` is legacy's default; ``name=p`` (p's default None)
+      # is the name unless None: the plan adds it
+      given = next((h.arg.value for h in hypers if h.key == 'name'), None)
+      hypers = [h for h in hypers if h.key != 'name']
+      if kind == 'maybe' and name_plan.partial_named(ref):
+        self.todo(original, MAYBE_PARTIAL_NAMED)
+        return updated
+    if kind != 'named' and not name_plan.partial_named(ref):
       if self.todo_all:
         self.todo(original, self.todo_all)
       ctor_src = None
@@ -206,6 +226,11 @@ class ModuleCallRules:
       name = self._auto_name_plan(original, type_name, ctor_src)
       if name is None and type_name is None:
         self.todo(original, 'cannot tell the legacy auto-name')
+      if kind == 'maybe':
+        if name is None:
+          self.todo(original, MAYBE_UNKNOWN)
+          return updated
+        name = dataclasses.replace(name, given=given)
     module = constructors.module_ref(self, ref, updated.func)
     self.rewrote(original, 'module_call', f'{type_name or "module"} call -> '
                  'construct + call')

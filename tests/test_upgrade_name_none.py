@@ -1,0 +1,166 @@
+"""flaxlegacy upgrade: ``name=None`` and ``name=p`` (p's default None) of a
+legacy module call are legacy auto-names (rules/name_plan.py,
+rules/apply/module_calls.py, rules/autoname_stack.py).
+
+Legacy Flax named a submodule built with ``name=None`` exactly as one
+built with no name: ``{Class}_{n}`` on the running module's one counter
+across all types.  Research code forwards a helper's ``name=None`` to the
+layer it builds (``def dense(x, f, name=None): return nn.Dense(x, f,
+name=name)``) and passes ``name=None`` spelled out.  The upgrade took any
+``name=`` for a name, and linen named those submodules by its own
+per-type counter: ``Dense_0`` where legacy wrote ``Dense_2``, a parameter
+tree old checkpoints do not fit, with no TODO.  Now ``name=None`` is an
+auto-name, and ``name=p`` becomes ``p if p is not None else <the legacy
+auto-name>`` (counted at run time: whether the counter moves depends on
+the run).
+"""
+
+import numpy as np
+import pytest
+
+from tests import upgrade_run
+
+TODO = '# TODO(flaxlegacy upgrade)'
+
+NETS = '''
+import jax.numpy as jnp
+from flax import nn
+
+
+def waves(key, shape, dtype=jnp.float32):
+  # deterministic: legacy and linen derive submodule keys apart
+  del key
+  n = 1
+  for d in shape:
+    n *= d
+  return jnp.sin(jnp.arange(n, dtype=dtype) * 0.7).reshape(shape) * 0.3
+
+
+def conv3(x, f):
+  return nn.Conv(x, f, (3, 3), kernel_init=waves, name=None)
+
+
+def dense(x, f, name=None):
+  return nn.Dense(x, f, kernel_init=waves, name=name)
+
+
+class Helpers(nn.Module):
+  """Functions building layers with name=None / a name that may be None."""
+
+  def apply(self, x):
+    x = nn.Dense(x, 2, kernel_init=waves)
+    x = conv3(x, 3)
+    x = conv3(x, 2)
+    x = dense(x.reshape((x.shape[0], -1)), 3)
+    x = dense(x, 3, name='named')
+    return dense(x, 2)
+
+
+class Body(nn.Module):
+  """In the body: name=None spelled out, and a field that may be None."""
+
+  def apply(self, x, last=None):
+    x = nn.Conv(x, 2, (1, 1), kernel_init=waves, name=None)
+    x = nn.Dense(x, 2, kernel_init=waves, name=None)
+    x = nn.Conv(x, 2, (1, 1), kernel_init=waves, name=last)
+    return nn.Dense(x.reshape((x.shape[0], -1)), 2, kernel_init=waves)
+
+
+class Static(nn.Module):
+  """name=None only: the names stay literals known statically."""
+
+  def apply(self, x):
+    x = nn.Conv(x, 2, (1, 1), kernel_init=waves, name=None)
+    return nn.Dense(x, 2, kernel_init=waves, name=None)
+'''
+
+CASES = [
+    ('helpers', 'Helpers', {}),
+    ('body', 'Body', {}),
+    ('body_named', 'Body', {'last': 'proj'}),
+    ('static', 'Static', {}),
+]
+
+RUN = '''
+import json
+import jax
+import jax.numpy as jnp
+import numpy as np
+import nets
+
+out = {}
+for case, cls, kw in %r:
+  x = jnp.cos(jnp.arange(2 * 4 * 4 * 3, dtype=jnp.float32)).reshape(
+      (2, 4, 4, 3))
+  y, params = getattr(nets, cls).partial(**kw).init(jax.random.PRNGKey(0), x)
+  flat = jax.tree_util.tree_flatten_with_path(params)[0]
+  out[case] = {'y': np.asarray(y).tolist(),
+               'paths': sorted(jax.tree_util.keystr(p) for p, _ in flat)}
+print(json.dumps(out))
+''' % (CASES,)
+
+UPGRADED_RUN = '''
+import json
+import jax
+import jax.numpy as jnp
+import numpy as np
+import nets
+
+out = {}
+for case, cls, kw in %r:
+  x = jnp.cos(jnp.arange(2 * 4 * 4 * 3, dtype=jnp.float32)).reshape(
+      (2, 4, 4, 3))
+  module = getattr(nets, cls)(**kw)
+  y, v = module.init_with_output(jax.random.PRNGKey(0), x)
+  y2 = jax.jit(module.apply)(v, x)
+  flat = jax.tree_util.tree_flatten_with_path(v['params'])[0]
+  out[case] = {'y': np.asarray(y).tolist(), 'y2': np.asarray(y2).tolist(),
+               'paths': sorted(jax.tree_util.keystr(p) for p, _ in flat)}
+print(json.dumps(out))
+''' % (CASES,)
+
+
+@pytest.fixture(scope='module')
+def upgraded(tmp_path_factory):
+  tmp = tmp_path_factory.mktemp('name_none')
+  src, out, report = upgrade_run.upgrade_dir(tmp, {'nets.py': NETS})
+  legacy = upgrade_run.run_json(src, RUN, off=False)
+  got = upgrade_run.run_json(out, UPGRADED_RUN, off=True)
+  return (out / 'nets.py').read_text(), report, legacy, got
+
+
+def test_rewrite(upgraded):
+  code = upgraded[0]
+  assert TODO not in code, code
+  assert ("  return nn.Dense(f, kernel_init=waves, name=name if name is not "
+          "None else f'Dense_{next(legacy_names.autoname_counter())}')(x)"
+          ) in code, code
+  assert ("  return nn.Conv(f, (3, 3), kernel_init=waves, "
+          "name=f'Conv_{next(legacy_names.autoname_counter())}')(x)") in code
+  assert ("name=self.last if self.last is not None else "
+          "f'Conv_{next(legacy_autoname)}')(x)") in code, code
+  # name=None alone: literal names where linen's differ, no counter
+  static = code[code.index('class Static'):]
+  assert 'x = nn.Conv(2, (1, 1), kernel_init=waves)(x)' in static, static
+  assert "nn.Dense(2, kernel_init=waves, name='Dense_1')(x)" in static
+  assert 'waves, name=None' not in code
+
+
+@pytest.mark.parametrize('case', [c[0] for c in CASES])
+def test_same_parameter_tree_and_numbers_as_legacy(upgraded, case):
+  _, _, legacy, got = upgraded
+  assert got[case]['paths'] == legacy[case]['paths']
+  # the legacy numbering: one counter for all types, name=None included
+  expect = {'helpers': ["['Dense_0']", "['Conv_1']", "['Conv_2']",
+                        "['Dense_3']", "['named']", "['Dense_4']"],
+            'body': ["['Conv_0']", "['Dense_1']", "['Conv_2']",
+                     "['Dense_3']"],
+            'body_named': ["['Conv_0']", "['Dense_1']", "['proj']",
+                           "['Dense_2']"],
+            'static': ["['Conv_0']", "['Dense_1']"]}[case]
+  assert sorted({p.split(']')[0] + ']' for p in legacy[case]['paths']}) == (
+      sorted(expect)), legacy[case]['paths']
+  np.testing.assert_allclose(got[case]['y'], legacy[case]['y'], rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_allclose(got[case]['y2'], legacy[case]['y'], rtol=1e-5,
+                             atol=1e-6)
