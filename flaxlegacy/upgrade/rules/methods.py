@@ -40,6 +40,7 @@ from typing import Dict, List, Optional
 import libcst as cst
 
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import name_plan
 
 
@@ -248,6 +249,24 @@ def _inlining_plan(resolver, local_vars, helpers):
     def __init__(self):
       super().__init__(resolver, local_vars)
       self._active = []
+      # per expansion: the helper's parameters whose default is None ->
+      # whether this call gives them (``name=name`` names the submodule
+      # then, else legacy auto-named it)
+      self._given = []
+
+    def _name_kind(self, node):
+      if not self._given:
+        return super()._name_kind(node)
+      kind = _shared.name_kind(node)
+      arg = _shared.call_name(node)
+      if kind == 'named' and isinstance(arg.value, cst.Name):
+        given = self._given[-1].get(arg.value.value, True)
+        if given is None:  # a call with *args / **kwargs: the run decides
+          self._set_dynamic()
+          return 'auto'
+        if given is False:
+          return 'auto'
+      return kind
 
     def leave_Call(self, node):
       super().leave_Call(node)
@@ -257,10 +276,29 @@ def _inlining_plan(resolver, local_vars, helpers):
           self.dynamic = True  # recursion: no static plan
           return
         self._active.append(a)
+        self._given.append(_given_params(helpers[a], node))
         helpers[a].body.visit(self)
+        self._given.pop()
         self._active.pop()
 
   return _Plan()
+
+
+def _given_params(fn, call):
+  """{parameter of helper ``fn`` whose default is None: whether ``call``
+  (``self.fn(...)``) gives it a value other than None}."""
+  ps = fn.params
+  positional = [p.name.value for p in list(ps.posonly_params) + list(
+      ps.params)][1:]  # past self
+  given = {p: False for p in _shared.none_default_params(fn)}
+  for i, a in enumerate(call.args):
+    if a.star:
+      return {p: None for p in given}  # unknown: as any other name
+    k = a.keyword.value if a.keyword is not None else (
+        positional[i] if i < len(positional) else None)
+    if k in given:
+      given[k] = not (isinstance(a.value, cst.Name) and a.value.value == 'None')
+  return given
 
 
 def assigns_self(apply):

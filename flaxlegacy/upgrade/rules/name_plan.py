@@ -45,7 +45,8 @@ def _values_class_name(up, func):
 def partial_named(ref):
   """Whether some ``.partial(name=...)`` in a partial chain names calls."""
   while ref is not None and ref.kind == 'partial':
-    if ref.extra is not None and _shared.call_name(ref.extra) is not None:
+    # (``.partial(name=None)`` names nothing: legacy's default)
+    if ref.extra is not None and _shared.name_kind(ref.extra) == 'named':
       return True
     ref = ref.target
   return False

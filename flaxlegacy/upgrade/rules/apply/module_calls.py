@@ -227,10 +227,15 @@ class ModuleCallRules:
       if name is None and type_name is None:
         self.todo(original, 'cannot tell the legacy auto-name')
       if kind == 'maybe':
-        if name is None:
+        if name is not None:
+          name = dataclasses.replace(name, given=given)
+        elif not self.dynamic and given is not None:
+          # a helper method every call of which gives the name (its plan
+          # ran it where it is called: rules/methods.py)
+          hypers.append(plans.Hyper('name', cst_util.arg(given, 'name')))
+        else:
           self.todo(original, MAYBE_UNKNOWN)
           return updated
-        name = dataclasses.replace(name, given=given)
     module = constructors.module_ref(self, ref, updated.func)
     self.rewrote(original, 'module_call', f'{type_name or "module"} call -> '
                  'construct + call')
