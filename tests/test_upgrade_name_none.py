@@ -225,3 +225,32 @@ def test_helper_auto_named_in_two_runs_keeps_its_todo(tmp_path):
   assert (TODO + ": Net: methods ['_block'] are legacy module methods or "
           'helpers: check them by hand') in code, code
   assert [t['line'] for t in report['files']['net.py']['left']] == [5]
+
+
+REBOUND = '''
+from flax import nn
+
+
+def conv(x, f, conv_name=None, bn_name=None):
+  conv_name = conv_name if conv_name else 'conv2d'
+  x = nn.Conv(x, f, (1, 1), name=conv_name)
+  return nn.Dense(x, f, name=bn_name)
+
+
+class Net(nn.Module):
+
+  def apply(self, x):
+    x = nn.Dense(x, 2)
+    return conv(x, 2, conv_name='c', bn_name='bn')
+'''
+
+
+def test_parameter_bound_again_is_a_name(tmp_path):
+  # sam's efficientnet conv2d: ``conv_name = conv_name if conv_name else
+  # 'conv2d'`` before the call: a string there, a name as written; the
+  # other parameter, used as it came, may be None
+  _, out, _ = upgrade_run.upgrade_dir(tmp_path, {'net.py': REBOUND})
+  code = (out / 'net.py').read_text()
+  assert 'x = nn.Conv(f, (1, 1), name=conv_name)(x)' in code, code
+  assert ("nn.Dense(f, name=bn_name if bn_name is not None else "
+          "f'Dense_{next(legacy_names.autoname_counter())}')(x)") in code, code

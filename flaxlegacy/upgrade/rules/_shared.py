@@ -34,15 +34,60 @@ def call_name(call):
   return None
 
 
+class _Rebound(cst.CSTVisitor):
+  """Names bound in a body (assignment, loop, ``with ... as``, walrus)."""
+
+  def __init__(self):
+    super().__init__()
+    self.names = set()
+
+  def _add(self, target):
+    if isinstance(target, cst.Name):
+      self.names.add(target.value)
+    elif isinstance(target, (cst.Tuple, cst.List)):
+      for el in target.elements:
+        self._add(el.value)
+    elif isinstance(target, cst.StarredElement):
+      self._add(target.value)
+
+  def visit_AssignTarget(self, node):
+    self._add(node.target)
+
+  def visit_AnnAssign(self, node):
+    self._add(node.target)
+
+  def visit_AugAssign(self, node):
+    self._add(node.target)
+
+  def visit_For(self, node):
+    self._add(node.target)
+
+  def visit_CompFor(self, node):
+    self._add(node.target)
+
+  def visit_AsName(self, node):
+    self._add(node.name)
+
+  def visit_NamedExpr(self, node):
+    self._add(node.target)
+
+
 def none_default_params(fn):
-  """The parameters of a FunctionDef or Lambda whose default is ``None``."""
+  """The parameters of a FunctionDef or Lambda whose default is ``None``
+  and that its body never binds again (``name = name or 'conv'``: a
+  string where it is used)."""
   if fn is None or not hasattr(fn, 'params'):
     return frozenset()
   ps = fn.params
-  return frozenset(
+  out = frozenset(
       p.name.value for p in list(ps.posonly_params) + list(ps.params)
       + list(ps.kwonly_params)
       if isinstance(p.default, cst.Name) and p.default.value == 'None')
+  if out and isinstance(fn, cst.FunctionDef):
+    v = _Rebound()
+    fn.body.visit(v)
+    out -= v.names
+  return out
 
 
 def name_kind(call, maybe_none=frozenset()):
