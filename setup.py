@@ -107,6 +107,9 @@ setup(
         'test': [
             'pytest>=8',
             'pytest-xdist>=3',
+            # tests/test_upgrade_gin_classes.py runs gfsa-style gin
+            # bindings on both sides (skipped without it)
+            'gin-config>=0.4',
             # tests/test_install.py builds the wheel offline
             # (--no-build-isolation) with these.
             'setuptools>=64',

@@ -6,10 +6,15 @@ The upgrade splits ``apply``'s parameters between dataclass fields and
 ``__call__`` parameters.  Before, the decorator was dropped with no TODO:
 the configurable vanished (``gin.parse_config`` of the codebase's bindings
 raised "No configurable matching", a field bound only by gin was missing
-or kept a ``gin.REQUIRED`` default).  Now the decorator stays on
+or kept a ``gin.REQUIRED`` default).  Now, where a lone
+``@gin.configurable`` cannot go on the class for certain
+(tests/test_upgrade_gin_classes.py: where it can), the decorator stays on
 ``__call__`` (under ``compact``: what it wraps still runs, and gin still
 gives the parameters that stay call parameters) and the class gets a TODO
 naming it: the hyper-parameters that became fields are out of its reach.
+Here no binding of the codebase names the configurables (their config is
+elsewhere) and a call may leave out ``mask``, a ``__call__`` parameter
+with a default that such a binding could give.
 """
 
 import textwrap
@@ -48,7 +53,9 @@ FILES = {
           """A dense layer whose size gin gives."""
 
           @gin.configurable("Scaled")
-          def apply(self, x, features=gin.REQUIRED, scale=2.0):
+          def apply(self, x, mask=None, features=gin.REQUIRED, scale=2.0):
+            if mask is not None:
+              x = x * mask[0]
             return scale * nn.Dense(x, features, name='dense')
 
 
@@ -67,8 +74,18 @@ FILES = {
 
         @nn.module
         @gin.configurable
-        def steps(x, features=gin.REQUIRED):
+        def steps(x, mask=None, features=gin.REQUIRED):
+          if mask is not None:
+            x = x * mask[0]
           return nn.Dense(x, features, name='dense')
+
+
+        class Bare(nn.Module):
+          """A bare @gin.configurable on apply registered the name 'apply'."""
+
+          @gin.configurable
+          def apply(self, x, features=4):
+            return nn.Dense(x, features, name='dense')
 
 
         @nn.module
@@ -142,3 +159,14 @@ def test_nn_module_function_keeps_its_other_decorator_with_a_todo(tmp_path):
   decorators = _decorators_of_call(body)
   assert decorators[-1] == '@gin.configurable', decorators
   assert decorators[0].endswith('.compact'), decorators
+
+
+def test_bare_configurable_apply_keeps_its_decorator_with_a_todo(tmp_path):
+  """Bare on ``apply``, gin registered the name ``apply``; on the class it
+  would register ``Bare``: kept on ``__call__``."""
+  _, out, _ = upgrade_run.upgrade_dir(tmp_path, FILES)
+  text = (out / 'layers.py').read_text()
+  comments, body = _class_block(text, 'Bare')
+  assert any(c.startswith(TODO) and '@gin.configurable' in c
+             for c in comments), '\n'.join(comments + body)
+  assert _decorators_of_call(body)[-1] == '@gin.configurable'

@@ -42,6 +42,7 @@ from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.collectors import call_sites as call_site_facts
+from flaxlegacy.upgrade.collectors import gin_classes as gin_class_facts
 from flaxlegacy.upgrade.collectors import helpers as helper_facts
 from flaxlegacy.upgrade.collectors import methods as method_facts
 from flaxlegacy.upgrade.collectors import programs as program_facts
@@ -82,6 +83,16 @@ class ModuleInfo:
   # legacy life cycle (``P.init(rng, ...)``, ``P.call(params, ...)``):
   # rigl's masking wrapper (rules/drivers.py)
   driven: set = dataclasses.field(default_factory=set)
+  # the configurable name that ``apply``'s lone decorator (an ``@nn.module``
+  # function's, besides ``nn.module``) registers where it is
+  # ``@gin.configurable`` and the name is given or the class's, else None
+  # (collectors/gin_classes.py)
+  gin: Optional[str] = None
+  # where gin_classes.py decided that the decorator goes on the linen
+  # class: the parameters it made fields (gin gives them at construction);
+  # else why not (for the TODO)
+  gin_class: Optional[List[str]] = None
+  gin_why: Optional[str] = None
 
   def report(self):
     out = {'file': self.file, 'class': self.name, 'fields': self.fields,
@@ -281,6 +292,7 @@ class _FileVisitor(walk.FastVisitor):
       info.var_pos = ps.star_arg.name.value
     if ps.star_kwarg is not None:
       info.var_kw = ps.star_kwarg.name.value
+    self._decorators(info, fn, kind)
     usage = usage_facts.UsageVisitor(set(info.params))
     fn.body.visit(usage)
     info.array_params = usage.array - usage.driven
@@ -288,6 +300,15 @@ class _FileVisitor(walk.FastVisitor):
     info.child_calls = usage.child_calls
     info.driven = usage.driven
     return info
+
+  def _decorators(self, info, fn, kind):
+    """``info.gin`` of ``fn`` (see ModuleInfo)."""
+    decs = [d for d in fn.decorators if not (
+        kind == 'function' and legacy_attr(d.decorator, self.f.nn_prefixes)
+        == 'module')]
+    if len(decs) == 1:
+      info.gin = gin_class_facts.configurable_name(
+          decs[0], self.f.imports, info.name if kind == 'function' else None)
 
   # -- partial kwargs and init_by_shape --
   def visit_Call(self, node):
@@ -607,6 +628,8 @@ class CodebaseFacts:
       self._pass_on_call_params(
           [i for f in self.files.values() for i in f.modules.values()])
     self.positional_field_calls = call_site_facts.field_calls(self, sites)
+    # gin-configurable applies whose decorator can go on the class
+    gin_class_facts.decide(self, self.flow)
     return self
 
   def _pass_on_call_params(self, infos):

@@ -156,6 +156,9 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     self.gin_regs = []
     self.gin_external = {}
     self.gin_text_macros = {}
+    # (configurable, parameter) of every binding (None where not known
+    # here: a config built at run time)
+    self.gin_targets = set()
     self._gin_texts = {}  # id(parse_config call) -> statements
     # the last round: what is still empty is unknown (a constraint that
     # asks reads the slot ``FINAL`` first: ``_fixpoint`` re-applies it)

@@ -126,6 +126,7 @@ class GinFacts:
     """A binding of ``target`` (configurable name or None for any,
     parameter or None for any) to ``vals``."""
     cname, pname = target
+    self.gin_targets.add((cname, pname))
     changed = False
     for d in self._gin_defs(cname):
       names = d.pos[1 if d.is_method else 0:] + d.kwonly

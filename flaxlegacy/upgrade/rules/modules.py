@@ -141,20 +141,39 @@ def _fields(up, info):
   return out, None
 
 
-def _kept_decorators(up, written, name, call, decorators, call_fn):
+def _kept_decorators(up, written, name, info, decorators, call_fn):
   """``call_fn`` with ``decorators`` -- the ones legacy's ``apply`` or
   ``@nn.module`` function carried besides ``nn.module`` (gfsa's
   ``@gin.configurable("Name")``) -- kept under ``compact``, and a TODO: what
   they wrap saw every hyper-parameter, and the ones that are fields now are
-  out of their reach (a gin binding of one fails)."""
-  if not decorators:
+  out of their reach (a gin binding of one fails).  Not where the lone
+  ``@gin.configurable`` goes on the class (``info.gin_class``:
+  collectors/gin_classes.py; ``_class_decorators``)."""
+  if not decorators or info.gin_class is not None:
     return call_fn
   srcs = ', '.join('@' + cst_util.code(d.decorator) for d in decorators)
+  why = info.gin_why
   up.todo(written, f'{name} is decorated ({srcs}): kept on __call__, which '
-          f'takes {tuple(call)} now; the fields are out of its reach (a gin '
-          'binding of one fails): port by hand')
+          f'takes {tuple(info.call)} now; the fields are out of its reach (a '
+          'gin binding of one fails)' + (f'; not on the class: {why}'
+                                          if why else '') + ': port by hand')
   return call_fn.with_changes(
       decorators=list(call_fn.decorators) + list(decorators))
+
+
+def _class_decorators(up, written, info, decorators, cls):
+  """``cls`` with legacy's lone ``@gin.configurable(...)`` of ``apply``
+  (of the ``@nn.module`` function) on it, where gin_classes.py decided so:
+  gin then wraps the dataclass ``__init__`` and gives the fields where the
+  module is built, under the same configurable name."""
+  if not decorators or info.gin_class is None:
+    return cls
+  moved = (f'; made fields (gin gives them): {info.gin_class}'
+           if info.gin_class else '')
+  up.rewrote(written, 'gin_class', f'{info.name}: '
+             f'@{cst_util.code(decorators[0].decorator)} on the class (gin '
+             f'gives its fields at construction){moved}')
+  return cls.with_changes(decorators=list(cls.decorators) + list(decorators))
 
 
 def _is_nn_module_decorator(up, decorator):
@@ -226,7 +245,7 @@ def convert_class(up, node, info, plain=False):
       plan = None
       node, others = helpers.convert_helpers(up, node, info, apply, others)
   call_fn, rw = _body_of(up, info, plan.apply if plan else apply, plan)
-  call_fn = _kept_decorators(up, written, f'{info.name}.apply', info.call,
+  call_fn = _kept_decorators(up, written, f'{info.name}.apply', info,
                              apply.decorators, call_fn)
   helper_defs = plan.finish(up, node, info, rw) if plan else {}
   others = plan.left if plan else others
@@ -271,6 +290,7 @@ def convert_class(up, node, info, plain=False):
            else up.emit.module_base(_module_base(b, up)) for b in node.bases]
   new = node.with_changes(bases=bases,
                           body=node.body.with_changes(body=new_body))
+  new = _class_decorators(up, written, info, apply.decorators, new)
   return _with_class_level(up, new, info, class_level)
 
 
@@ -313,12 +333,13 @@ def convert_function(up, node, info):
       leading_lines=node.leading_lines))
   others = [d for d in node.decorators if not _is_nn_module_decorator(up, d)]
   if others:
-    body = [_kept_decorators(up, node, f'@nn.module {info.name}', info.call,
+    body = [_kept_decorators(up, node, f'@nn.module {info.name}', info,
                              others, stmt)
             if isinstance(stmt, cst.FunctionDef)
             and stmt.name.value == '__call__' else stmt
             for stmt in cls.body.body]
     cls = cls.with_changes(body=cls.body.with_changes(body=body))
+    cls = _class_decorators(up, node, info, others, cls)
   up.rewrote(node, 'module_function', f'@nn.module {info.name} -> class')
   up.ctx.report.modules.append(info.report())
   return cls
