@@ -62,6 +62,15 @@ CASES = {
                   self.param('v', (4,), waves))(x)
     return jnp.sin(y)
 ''', (3, 4), ('y = nn.remat(lambda self, h:', ')(self, x)')),
+    # the decorator form
+    'decorated_remat': ('''
+    @jax.remat
+    def step(c):
+      w = self.param('w', (c.shape[-1],), waves)
+      return Block(c, features=c.shape[-1], name='blk') * w
+
+    return step(x)
+''', (3, 4), ('@nn.remat', 'def step(self, c):', 'return step(self, x)')),
     'checkpoint_policy': ('''
     def f(h):
       return jnp.sin(nn.Dense(h, 5, kernel_init=waves, name='d'))

@@ -250,6 +250,9 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
     self._check_jax_decorator(node)
     return True
 
+  def leave_Decorator(self, original_node, updated_node):
+    return self.lifted_decorator(original_node, updated_node)
+
   def leave_Name(self, original_node, updated_node):
     if id(original_node) in self._skip_names:
       return updated_node

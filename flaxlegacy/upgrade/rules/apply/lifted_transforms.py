@@ -41,8 +41,9 @@ Only where that is certain; else the TODO of jax_transforms.py stays:
 * a method's ``apply`` (a class body: its ``self``) whose auto-names are not
   counted on the run-time stack (autoname_stack.py: the stack checks the
   running module, which is the lifted copy inside the transform);
-* ``f`` a local ``def`` (once, undecorated) or a lambda written in the
-  transform, with no parameter named ``self``; every other mention of
+* ``f`` a local ``def`` (once, undecorated, or decorated with only
+  ``@jax.remat`` / ``@jax.checkpoint``: written as linen's) or a lambda
+  written in the transform, with no parameter named ``self``; every other mention of
   ``f`` in the body a call, a transform of this table, or ``f = T(f)``;
 * the calls inside ``f`` (and the local functions it calls) that reach
   variables are ``self.param`` / ``self.get_param`` (``self.state`` /
@@ -100,6 +101,7 @@ class _Uses(walk.FastVisitor):
     self.calls = []
     self.names = collections.defaultdict(list)
     self.assigns = []  # Assign
+    self.decorated = []  # (FunctionDef, LIFTS key): @jax.remat def f
 
   def visit_Call(self, node):
     self.calls.append(node)
@@ -112,6 +114,12 @@ class _Uses(walk.FastVisitor):
 
   def visit_Assign(self, node):
     self.assigns.append(node)
+
+  def visit_FunctionDef(self, node):
+    if len(node.decorators) == 1:
+      name = self.lift_name(node.decorators[0].decorator)
+      if name is not None and LIFTS[name][0] != 'vmap':
+        self.decorated.append((node, name))
 
   def visit_ClassDef(self, node):
     return False
@@ -192,7 +200,32 @@ class LiftedTransformRules:
           plan.calls.add(id(outer))
         elif id(call) not in assigned:
           plan.partials.add(id(call))
+    for fdef, name in uses.decorated:
+      direct = self._lift_decorated(fdef, uses, called)
+      if direct is None or fdef.name.value in by_fn:
+        continue
+      if self._submodule_call(fdef, set()) and self._liftable(fdef, True):
+        plan.params.add(id(fdef))
+        plan.calls.update(id(c) for c in direct)
+        plan.transforms[id(fdef.decorators[0])] = name
     return plan
+
+  def _lift_decorated(self, fdef, uses, called):
+    """The calls of ``@jax.remat def f`` (``fdef``) where every other
+    mention of ``f`` in the body is one and ``f`` is defined once; else
+    None."""
+    if self._local_functions().defs.get(fdef.name.value) != [fdef] or (
+        'self' in _param_names(fdef.params)):
+      return None
+    direct = []
+    for n in uses.names[fdef.name.value]:
+      if n is fdef.name:
+        continue
+      c = called.get(id(n))
+      if c is None:
+        return None
+      direct.append(c)
+    return direct
 
   def _lift_target(self, call, name):
     """The function ``call`` (a transform of LIFTS) transforms, a Name or
@@ -308,6 +341,19 @@ class LiftedTransformRules:
                      args=cst_util.clean_args(
                          [cst.Arg(new), cst.Arg(cst.Name('self'))]))
     return new
+
+  def lifted_decorator(self, original, updated):
+    """``@jax.remat`` / ``@jax.checkpoint`` of a planned function ->
+    linen's."""
+    name = self.lift_plan().transforms.get(id(original))
+    if name is None:
+      return updated
+    lifted = LIFTS[name][0]
+    self.rewrote(original, 'lifted_transform',
+                 f'@{name} -> linen\'s {lifted} (the function takes the '
+                 'module first)')
+    return updated.with_changes(
+        decorator=cst_util.expr(f'{self._prefix()}.{lifted}'))
 
   def lifted_params(self, original, updated):
     """A planned function (FunctionDef or Lambda) with ``self`` first."""
