@@ -93,13 +93,15 @@ CASES = {
     cell = Cell.shared(name='cell')
     _, x = lax.scan(cell, x[0], x)
 ''', '_, x = lax.scan(cell, x[0], x)', 'nn.scan'),
-    'decorated_checkpoint': ('''
-    @jax.checkpoint
+    # (@jax.checkpoint over such a function is linen's nn.checkpoint:
+    # tests/test_upgrade_lifted_transforms.py)
+    'decorated_vmap': ('''
+    @jax.vmap
     def step(c):
       return Block(c, features=c.shape[-1], name='blk')
 
     x = step(x)
-''', '@jax.checkpoint', 'nn.remat'),
+''', '@jax.vmap', 'nn.vmap'),
 }
 
 

@@ -16,6 +16,10 @@ The call cases are one mixin per legacy concept, each in its own module of
   through containers (``blocks[i](x)``);
 * ``jax_transforms.py``: a TODO on a raw JAX transform (``jax.lax.scan``
   ...) over a function that calls submodules (tried in ``visit_Call``);
+* ``lifted_transforms.py``: a raw ``jax.checkpoint`` / ``jax.vmap`` over a
+  local function that reads parameters or builds layers, written as
+  linen's lifted one where that is certain (``leave_Call``, the leave
+  hooks of the function);
 * ``stochastic.py``: ``nn.make_rng``, ``nn.is_stochastic``, ``nn.dropout``;
 * ``self_methods.py``: ``self.param``, ``self.state``, ``self.is_stateful``;
 * ``module_calls.py``: calls of what the callee resolves to (legacy layers
@@ -58,6 +62,7 @@ from flaxlegacy.upgrade.rules import partial_locals
 from flaxlegacy.upgrade.rules.apply import frozen_fields
 from flaxlegacy.upgrade.rules.apply import instances
 from flaxlegacy.upgrade.rules.apply import jax_transforms
+from flaxlegacy.upgrade.rules.apply import lifted_transforms
 from flaxlegacy.upgrade.rules.apply import module_calls
 from flaxlegacy.upgrade.rules.apply import self_methods
 from flaxlegacy.upgrade.rules.apply import stochastic
@@ -141,6 +146,7 @@ def _target_names(t):
 
 
 class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
+                    lifted_transforms.LiftedTransformRules,
                     stochastic.StochasticRules,
                     self_methods.SelfMethodRules,
                     module_calls.ModuleCallRules,
@@ -246,6 +252,9 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
     self._check_jax_decorator(node)
     return True
 
+  def leave_Decorator(self, original_node, updated_node):
+    return self.lifted_decorator(original_node, updated_node)
+
   def leave_Name(self, original_node, updated_node):
     if id(original_node) in self._skip_names:
       return updated_node
@@ -287,6 +296,12 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
 
 
   def leave_Call(self, original_node, updated_node):
+    # a raw jax.checkpoint / jax.vmap written as linen's lifted one, and
+    # the calls of its function passing the module (lifted_transforms.py)
+    return self.lifted_call(original_node,
+                            self._leave_call(original_node, updated_node))
+
+  def _leave_call(self, original_node, updated_node):
     for case in FIRST_CALL_CASES:
       new = case(self, original_node, updated_node)
       if new is not None:
@@ -375,7 +390,13 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
 
   def leave_Lambda(self, original_node, updated_node):
     self._lambdas -= 1
-    return updated_node
+    return self.lifted_params(original_node, updated_node)
+
+  def leave_FunctionDef(self, original_node, updated_node):
+    updated = super().leave_FunctionDef(original_node, updated_node)
+    if isinstance(updated, cst.FunctionDef):
+      return self.lifted_params(original_node, updated)
+    return updated
 
   def construction(self, plan, node):
     """``node``, the emitter's text of the submodule construction ``plan``

@@ -24,7 +24,10 @@ or a parameter a ``functools.partial`` of the body bound to a submodule
 ``unknown`` value) is not.
 
 A transform over a function that calls no submodule (a pure function)
-stays silent.  ``TRANSFORMS`` is the one table of transforms.
+stays silent.  ``TRANSFORMS`` is the one table of transforms.  A raw
+``jax.checkpoint`` / ``jax.remat`` / ``jax.vmap`` over a local function
+that lifted_transforms.py rewrites as linen's lifted transform gets no
+TODO.
 """
 
 import collections
@@ -187,6 +190,11 @@ class JaxTransformRules:
         out.add(name)
     return frozenset(out)
 
+  def _transform_name(self, func):
+    """The TRANSFORMS key ``func`` (an expression of this body) names, or
+    None (for lifted_transforms.py)."""
+    return transform_name(func, self.ctx.facts.imports)
+
   def _module_value(self, expr):
     """Whether ``expr`` (in this body) holds a submodule to call."""
     ref = self.resolver(expr)
@@ -342,6 +350,8 @@ class JaxTransformRules:
     return None
 
   def _transformed(self, name, functions, node):
+    if id(node) in self.lift_plan().transforms:
+      return  # linen's lifted transform (rules/apply/lifted_transforms.py)
     for f in functions:
       candidates = itertools.chain(
           [(f, self._module_itself(f))],
