@@ -37,7 +37,9 @@ module classes (direct calls, ``.partial``, ``.init`` / ``.call``,
 splatted into calls (their keys followed: ``dict(k=v)``, ``{'k': v}``,
 ``d['k'] = v``, ``d.update``, a ``**kwargs`` parameter is the dict of the
 keywords its calls pass; a key not known here reaches every parameter),
-containers and subscripts, returns, imports across files,
+containers and subscripts (``d['k']`` of a dict display the values of
+'k' and of the keys not known here; iterating or unpacking it, its keys;
+``d.values()``, a container of its values), returns, imports across files,
 ``functools.partial(f, k=v)`` of a codebase function (and jax transforms of
 it), and library calls that return their argument's structure
 (``SAME_STRUCTURE``: ``jax_utils.replicate``, ``restore_checkpoint``'s
@@ -176,6 +178,10 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     # that carries its module), and what each optimizer site optimizes
     self.carried_sites = set()
     self.optimizer_targets = {}
+    # the container sites of dict displays and dict(...) calls: every key
+    # they get is in their ('keys', site) slot (a dict comprehension's are
+    # not known)
+    self.dict_sites = set()
 
   # -- building --
   def add_file(self, rel, module, file_facts, statement_texts=None):
@@ -245,6 +251,17 @@ class Flow(defs.DefFacts, names.NameFacts, expressions.ExpressionFacts,
     if isinstance(v[1][2], tuple) and v[1][2][0] == 'kwargs':
       return self.values.get(('keys', v[1]), set())
     return self.values.get(('keys', v[1]))
+
+  def literal_dict_keys(self, v):
+    """``dict_keys`` of a dict every key of which the facts see put in
+    (a ``{...}`` display, a ``dict(...)`` call, a ``**kwargs``), else None:
+    a comprehension's or a list's container has values no key names."""
+    if v[0] != 'container' or not isinstance(v[1], tuple) or len(v[1]) != 3:
+      return None
+    kwargs = isinstance(v[1][2], tuple) and v[1][2][0] == 'kwargs'
+    if not kwargs and v[1] not in self.dict_sites:
+      return None
+    return self.dict_keys(v)
 
   def observe(self, facts):
     """Values seen at run time (observe.py): {(rel, qual, parameter):

@@ -145,9 +145,18 @@ class ExpressionFacts:
       return self._call_values(rel, qual, expr)
     if kind is _SUBSCRIPT:
       out = set()
+      key = shared.subscript_key(expr)
       for v in self.expr_values(rel, qual, expr.value):
         if v[0] == 'container':
-          out |= self.values.get(v[1], set())
+          if key is not None and self.literal_dict_keys(v) is not None:
+            # d['k'] of a dict whose keys the facts follow: what 'k' and
+            # the keys not known here hold, not every key's values
+            # (init2winit's pytree_dict['batch_stats'] of a dict that
+            # also holds the model under 'flax_module')
+            out |= self.values.get(('ck', v[1], key), set())
+            out |= self.values.get(('ck', v[1], '*'), set())
+          else:
+            out |= self.values.get(v[1], set())
         elif v[0] == 'tuple':
           idx = shared.int_index(expr)
           if idx is not None and -v[2] <= idx < v[2]:
@@ -161,6 +170,7 @@ class ExpressionFacts:
     if kind is _DICT:
       # a dict: one value per literal, its keys and values in slots
       site = ('c', rel, id(expr))
+      self.dict_sites.add(site)
       self._add(('keys', site), set())
       for e in expr.elements:
         if isinstance(e, cst.DictElement):
@@ -275,6 +285,7 @@ class ExpressionFacts:
     if name == 'dict' and self._name_slot(rel, qual, 'dict') is None:
       # dict(k=v, ...), dict(other, k=v): a dict with those keys
       site = ('c', rel, id(call))
+      self.dict_sites.add(site)
       self._add(('keys', site), set())
       for a in call.args:
         vals = self.expr_values(rel, qual, a.value)
@@ -336,6 +347,12 @@ class ExpressionFacts:
       for v in base:
         if v[0] != 'container':
           out.add(UNKNOWN)
+        elif f.attr.value == 'values' and self.literal_dict_keys(v) is not None:
+          # a dict's values: a container of its own (the dict iterates its
+          # keys)
+          site = ('c', rel, id(call))
+          self._add(site, self.values.get(v[1], set()))
+          out.add(('container', site))
         elif f.attr.value == 'values':
           out.add(v)
         elif f.attr.value == 'keys':

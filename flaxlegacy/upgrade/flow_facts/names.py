@@ -26,7 +26,7 @@ class NameFacts:
           elif v[0] == 'container' and v[1] == ('keys',):
             out.add(OTHER)
           elif v[0] == 'container':
-            out |= self.values.get(v[1], set())
+            out |= self._container_items(v)
           elif v[0] == 'tuple':
             for i in range(v[2]):
               out |= self.values.get((v[1], i), set())
@@ -44,12 +44,23 @@ class NameFacts:
           elif v[0] == 'tuple' and v[2] == n:
             out |= self.values.get((v[1], i), set())
           elif v[0] == 'container':
-            out |= self.values.get(v[1], set())
+            out |= self._container_items(v)
           else:
             out.add(UNKNOWN)
         return out
       return {UNKNOWN}
     return self.expr_values(rel, qual, value)
+
+  def _container_items(self, v):
+    """What iterating (``for x in c``) or unpacking (``a, b = c``) the
+    container ``v`` gives: a dict's keys (strings where the facts know
+    them all: no legacy object, whatever its values hold; ``d.values()``
+    is a container of its own), else its elements."""
+    keys = self.literal_dict_keys(v)
+    if keys is None:
+      return self.values.get(v[1], set())
+    out = {OTHER} if keys - {'*'} else set()
+    return out | ({UNKNOWN} if '*' in keys else set())
 
   def _import_value(self, rel, mod, what):
     """Value of an imported name: a codebase module or a name in one."""
