@@ -540,8 +540,12 @@ def verify_codebase(cb, corpus, args):
      recorded initialisation (up to three) is one check: the legacy module
      from the source tree against the upgraded one from the upgraded tree,
      each imported as the codebase imports it.
-  A class is "verified" when all its checks match; the rest are counted by
-  why: a mismatch, an error (on which side), initialised at top level by no
+  A class is "verified" when all its checks match (a class whose outputs
+  change with the stochastic key compared with its legacy train /
+  deterministic switch set to dropout off, verify.py's docstring); the
+  rest are counted by why: a mismatch, an error (on which side), "cannot
+  verify: stochastic" (random with no such switch, or still random with
+  it), initialised at top level by no
   test (it runs only inside other modules), or only with values a check
   cannot rebuild (a module class as hyper-parameter, a non-array input).
   Writes RESULTS/raw/NAME/verify.json.

@@ -241,7 +241,11 @@ def verify_recorded(modules, recorded, inside, legacy_root, upgraded_root,
   root).  Returns one entry per
   class, ``status`` one of ``STATUSES`` (module docstring of
   benchmarks/corpus/README.md: verified, verified inside a class that
-  verified, mismatch, error, not rebuildable, not initialised).
+  verified, mismatch, error, cannot verify: stochastic, not rebuildable,
+  not initialised).  A class is verified when every check is ok (``detail``
+  then names the switch a stochastic class was compared with); else it
+  takes the first mismatch or error, and only where every failing check is
+  stochastic, ``STOCHASTIC``.
   """
   dotted = dotted or _dotted
   by_class = {}
