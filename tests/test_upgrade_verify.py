@@ -410,6 +410,7 @@ def test_cli_verify_with_the_codebase_tests(tmp_path):
 
 STOCHASTIC = '''
 from flax import nn
+import jax.numpy as jnp
 
 
 class Net(nn.Module):
@@ -438,6 +439,13 @@ class StillNoisy(nn.Module):
   def apply(self, x, train=True):
     x = nn.BatchNorm(x, use_running_average=not train)
     return nn.dropout(x, 0.5)
+
+
+class Unstable(nn.Module):
+
+  def apply(self, x, train=True):
+    x = nn.dropout(nn.Dense(x, 4), 0.5, deterministic=not train)
+    return x if train else jnp.log(x - 1e3)
 '''
 
 
@@ -488,6 +496,16 @@ def test_dropout_without_a_switch_cannot_be_verified(tmp_path):
   assert still_off['status'] == 'cannot verify: stochastic', still_off
   assert still_off['detail'] == still['detail']
   assert no_dropout['status'] == 'ok' and 'detail' not in no_dropout
+
+
+def test_dropout_off_with_outputs_not_finite_cannot_be_verified(tmp_path):
+  # NaN against NaN proves nothing (sam's 200-layer PyramidNet with
+  # train=False on initial running statistics)
+  report, _ = _upgrade_one(tmp_path, STOCHASTIC)
+  r, = _stochastic_checks(report, tmp_path, [('Unstable', {})])
+  assert r['status'] == 'cannot verify: stochastic', r
+  assert r['detail'] == ('its outputs change with the stochastic key; with '
+                         'train=False the legacy outputs are not finite')
 
 
 def test_a_real_mismatch_of_a_stochastic_class_is_still_reported(tmp_path):

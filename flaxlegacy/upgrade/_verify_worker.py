@@ -229,6 +229,11 @@ def _legacy_one(mod, spec):
   if still:
     return {'stochastic': ('its outputs change with the stochastic key, '
                            f'still with {said}')}
+  if not _finite(out, spec):
+    # (a deep network in evaluation mode on initial running statistics):
+    # NaN against NaN would prove nothing
+    return {'stochastic': ('its outputs change with the stochastic key; '
+                           f'with {said} the legacy outputs are not finite')}
   out['switch'] = switch
   out['switch_note'] = f'compared with {said}: stochastic in training mode'
   return _legacy_method(out, spec)
@@ -338,6 +343,20 @@ def _stochastic(out, again, spec):
     return False
   return any(_differs(out, again(jax.random.PRNGKey(k)), spec)
              for k in (3, 4))
+
+
+def _finite(out, spec):
+  """Whether the compared legacy outputs are all finite numbers."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  outputs = out['outputs']
+  if spec.get('outputs') is not None:
+    outputs = [outputs[i] for i in spec['outputs']]
+  for x in jax.tree_util.tree_leaves(outputs):
+    x = np.asarray(x)
+    if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():
+      return False
+  return True
 
 
 def _differs(out, other, spec):
