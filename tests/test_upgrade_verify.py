@@ -18,6 +18,7 @@ import sys
 import pytest
 
 from flaxlegacy.upgrade import api
+from flaxlegacy.upgrade import report as report_lib
 from flaxlegacy.upgrade import verify
 from tests import conformance
 
@@ -403,3 +404,151 @@ def test_cli_verify_with_the_codebase_tests(tmp_path):
       timeout=300)
   assert proc.returncode == 2
   assert '--verify-with needs --out and one SRC directory' in proc.stderr
+
+
+# -- stochastic classes: dropout in training mode --------------------------
+
+STOCHASTIC = '''
+from flax import nn
+import jax.numpy as jnp
+
+
+class Net(nn.Module):
+
+  def apply(self, x, train=True):
+    x = nn.Dense(x, 8)
+    x = nn.dropout(x, rate=0.5, deterministic=not train)
+    return nn.Dense(x, 3)
+
+
+class Gated(nn.Module):
+
+  def apply(self, x, features=4, deterministic=False):
+    x = nn.relu(nn.Dense(x, features))
+    return nn.dropout(x, 0.3, deterministic=deterministic)
+
+
+class Noisy(nn.Module):
+
+  def apply(self, x, rate=0.5):
+    return nn.dropout(nn.Dense(x, 4), rate=rate)
+
+
+class StillNoisy(nn.Module):
+
+  def apply(self, x, train=True):
+    x = nn.BatchNorm(x, use_running_average=not train)
+    return nn.dropout(x, 0.5)
+
+
+class Unstable(nn.Module):
+
+  def apply(self, x, train=True):
+    x = nn.dropout(nn.Dense(x, 4), 0.5, deterministic=not train)
+    return x if train else jnp.log(x - 1e3)
+'''
+
+
+def _stochastic_checks(report, tmp_path, cases):
+  mods = {m['class']: m for m in report['modules']}
+  return verify.verify_modules(
+      str(tmp_path / 'src' / 'm.py'), str(tmp_path / 'out' / 'm.py'),
+      [dict(class_name=cls, inputs=[((4, 6), 'float32')], hyper=hyper,
+            fields=mods[cls]['fields'], call=mods[cls]['call'],
+            var_kw=mods[cls]['var_kw']) for cls, hyper in cases])
+
+
+def test_dropout_in_training_mode_is_compared_with_dropout_off(tmp_path):
+  # legacy draws its dropout masks from nn.stochastic, linen from
+  # rngs={'dropout': ...}: in training mode the outputs cannot agree, so a
+  # class whose outputs change with the stochastic key is compared with its
+  # legacy switch (read from its apply signature) set to dropout off, on
+  # both sides, and the report says so
+  report, _ = _upgrade_one(tmp_path, STOCHASTIC)
+  results = _stochastic_checks(report, tmp_path, [
+      ('Net', {}), ('Net', {'train': True}), ('Net', {'train': False}),
+      ('Gated', {'features': 5})])
+  assert [r['status'] for r in results] == ['ok'] * 4, results
+  train_off = 'compared with train=False: stochastic in training mode'
+  assert [r.get('detail') for r in results] == [
+      train_off, train_off, None,
+      'compared with deterministic=True: stochastic in training mode']
+  assert results[0]['switch'] == {'train': False}
+  assert results[0]['max_rel_err'] == 0.0
+
+
+def test_dropout_without_a_switch_cannot_be_verified(tmp_path):
+  # no train/deterministic/is_training/training parameter, or dropout still
+  # on with it off: its own category, never a mismatch
+  report, _ = _upgrade_one(tmp_path, STOCHASTIC)
+  noisy, still, still_off, no_dropout = _stochastic_checks(
+      report, tmp_path, [('Noisy', {}), ('StillNoisy', {}),
+                         ('StillNoisy', {'train': False}),
+                         ('Noisy', {'rate': 0.0})])
+  assert noisy['status'] == 'cannot verify: stochastic', noisy
+  assert noisy['detail'] == (
+      'its outputs change with the stochastic key; its apply has no train, '
+      'deterministic, is_training or training parameter to switch dropout '
+      'off')
+  assert still['status'] == 'cannot verify: stochastic', still
+  assert still['detail'] == ('its outputs change with the stochastic key, '
+                             'still with train=False')
+  assert still_off['status'] == 'cannot verify: stochastic', still_off
+  assert still_off['detail'] == still['detail']
+  assert no_dropout['status'] == 'ok' and 'detail' not in no_dropout
+
+
+def test_dropout_off_with_outputs_not_finite_cannot_be_verified(tmp_path):
+  # NaN against NaN proves nothing (sam's 200-layer PyramidNet with
+  # train=False on initial running statistics)
+  report, _ = _upgrade_one(tmp_path, STOCHASTIC)
+  r, = _stochastic_checks(report, tmp_path, [('Unstable', {})])
+  assert r['status'] == 'cannot verify: stochastic', r
+  assert r['detail'] == ('its outputs change with the stochastic key; with '
+                         'train=False the legacy outputs are not finite')
+
+
+def test_a_real_mismatch_of_a_stochastic_class_is_still_reported(tmp_path):
+  # compared with dropout off, a port that computes something else fails
+  report, _ = _upgrade_one(tmp_path, STOCHASTIC)
+  upgraded = tmp_path / 'out' / 'm.py'
+  code = upgraded.read_text()
+  assert 'return nn.Dense(3)(x)' in code, code
+  upgraded.write_text(code.replace('return nn.Dense(3)(x)',
+                                   'return nn.Dense(3)(2 * x)'))
+  r, = _stochastic_checks(report, tmp_path, [('Net', {'train': True})])
+  assert r['status'] == 'mismatch', r
+  assert r['detail'].startswith('outputs differ (max rel err ')
+  assert r['detail'].endswith(
+      '; compared with train=False: stochastic in training mode')
+
+
+def test_recorded_verification_counts_stochastic_classes_apart(tmp_path):
+  # verify_recorded (--verify-with, run_corpus --verify): a class compared
+  # with dropout off is verified with a note; one without a switch is
+  # "cannot verify: stochastic", which the summary lists apart and which
+  # is no failure of the upgrade
+  report, _ = _upgrade_one(tmp_path, STOCHASTIC)
+  path = str(tmp_path / 'src' / 'm.py')
+  recorded = {(path, cls): [{'module': 'm', 'inputs': [[[4, 6], 'float32']],
+                             'hyper': {}}]
+              for cls in ('Net', 'Noisy')}
+  entries = verify.verify_recorded(
+      [m for m in report['modules'] if m['class'] in ('Net', 'Noisy')],
+      recorded, {}, str(tmp_path / 'src'), str(tmp_path / 'out'))
+  got = {e['class']: (e['status'], e.get('detail')) for e in entries}
+  assert got == {
+      'Net': ('verified',
+              'compared with train=False: stochastic in training mode'),
+      'Noisy': ('cannot verify: stochastic', (
+          'its outputs change with the stochastic key; its apply has no '
+          'train, deterministic, is_training or training parameter to '
+          'switch dropout off'))}
+  assert 'cannot verify: stochastic' in verify.STATUSES
+  text = report_lib.summary_text(dict(report, verification_recorded=entries))
+  assert ('  verified at the shapes the command initialised: 1 verified, '
+          '1 cannot verify: stochastic') in text, text
+  assert ('  verify m.py:Net: verified (compared with train=False: '
+          'stochastic in training mode)') in text, text
+  assert ('  verify m.py:Noisy: cannot verify: stochastic (its outputs '
+          'change with the stochastic key; ') in text, text

@@ -540,8 +540,12 @@ def verify_codebase(cb, corpus, args):
      recorded initialisation (up to three) is one check: the legacy module
      from the source tree against the upgraded one from the upgraded tree,
      each imported as the codebase imports it.
-  A class is "verified" when all its checks match; the rest are counted by
-  why: a mismatch, an error (on which side), initialised at top level by no
+  A class is "verified" when all its checks match (a class whose outputs
+  change with the stochastic key compared with its legacy train /
+  deterministic switch set to dropout off, verify.py's docstring); the
+  rest are counted by why: a mismatch, an error (on which side), "cannot
+  verify: stochastic" (random with no such switch, or still random with
+  it), initialised at top level by no
   test (it runs only inside other modules), or only with values a check
   cannot rebuild (a module class as hyper-parameter, a non-array input).
   Writes RESULTS/raw/NAME/verify.json.
@@ -771,7 +775,11 @@ def summarize_upgraded(merged):
 
 
 VERIFY_COLUMNS = ('verified', 'verified inside', 'mismatch', 'error',
-                  'not rebuildable', 'not initialised')  # verify.STATUSES
+                  'cannot verify: stochastic', 'not rebuildable',
+                  'not initialised')  # verify.STATUSES
+_VERIFY_HEADS = {'verified inside': 'v.inside',
+                 'cannot verify: stochastic': 'stochastic',
+                 'not rebuildable': 'n.rebuild', 'not initialised': 'n.init'}
 
 
 def summarize_verify(merged):
@@ -782,7 +790,7 @@ def summarize_verify(merged):
     return
   print()
   print('%-16s %7s ' % ('codebase', 'classes') + ' '.join(
-      '%9s' % c.replace('verified ', 'v.')[-9:] for c in VERIFY_COLUMNS)
+      '%10s' % _VERIFY_HEADS.get(c, c) for c in VERIFY_COLUMNS)
         + '  commit')
   total = collections.Counter()
   for name, ver in rows:
@@ -790,10 +798,10 @@ def summarize_verify(merged):
     counts['classes'] = len(ver['classes'])
     total.update(counts)
     print('%-16s %7d ' % (name, counts['classes']) + ' '.join(
-        '%9d' % counts[c] for c in VERIFY_COLUMNS) + '  ' + str(
+        '%10d' % counts[c] for c in VERIFY_COLUMNS) + '  ' + str(
             ver.get('flaxlegacy_commit'))[:7])
   print('%-16s %7d ' % ('TOTAL', total['classes']) + ' '.join(
-      '%9d' % total[c] for c in VERIFY_COLUMNS))
+      '%10d' % total[c] for c in VERIFY_COLUMNS))
   print('(module classes the upgrade rewrote, checked against the legacy '
         'module at the shapes the tests initialise them with; columns: '
         + ', '.join(VERIFY_COLUMNS) + ')')

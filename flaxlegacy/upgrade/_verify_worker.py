@@ -191,14 +191,105 @@ def legacy(spec, out):
     pickle.dump(results, fh)
 
 
+# Legacy's switches for dropout and other draws, each with the value that
+# turns them off: a class's forward is compared in deterministic mode only
+# through one of these parameters of its own legacy apply.
+DETERMINISTIC_SWITCHES = (('train', False), ('deterministic', True),
+                          ('is_training', False), ('training', False))
+
+
 def _legacy_one(mod, spec):
+  cls = _attr_path(mod, spec['class'])
+  hyper = _tuples(spec['hyper'])
+  inputs = _inputs(spec['inputs'], spec['seed'])
+  out, again = _legacy_run(cls, hyper, inputs, spec)
+  if not _stochastic(out, again, spec):
+    return _legacy_method(out, spec)
+  # The outputs change with the stochastic key: linen draws from another
+  # stream (rngs={'dropout': ...}), so no comparison of these outputs can
+  # tell a right port from a wrong one.
+  switch = _deterministic_switch(cls, hyper, len(inputs))
+  if switch is None:
+    return {'stochastic': (
+        'its outputs change with the stochastic key; its apply has no ' +
+        ', '.join(n for n, _ in DETERMINISTIC_SWITCHES[:-1]) + ' or ' +
+        DETERMINISTIC_SWITCHES[-1][0] + ' parameter to switch dropout off')}
+  said = ', '.join(f'{k}={v}' for k, v in switch.items())
+  if all(hyper.get(k, _default(cls, k)) == v for k, v in switch.items()):
+    return {'stochastic': ('its outputs change with the stochastic key, '
+                           f'still with {said}')}
+  hyper = dict(hyper, **switch)
+  try:
+    out, again = _legacy_run(cls, hyper, inputs, spec)
+    still = _stochastic(out, again, spec)
+  except Exception as e:  # pylint: disable=broad-except
+    return {'stochastic': ('its outputs change with the stochastic key; '
+                           f'with {said} legacy raises '
+                           f'{type(e).__name__}: {e}')}
+  if still:
+    return {'stochastic': ('its outputs change with the stochastic key, '
+                           f'still with {said}')}
+  if not _finite(out, spec):
+    # (a deep network in evaluation mode on initial running statistics):
+    # NaN against NaN would prove nothing
+    return {'stochastic': ('its outputs change with the stochastic key; '
+                           f'with {said} the legacy outputs are not finite')}
+  out['switch'] = switch
+  out['switch_note'] = f'compared with {said}: stochastic in training mode'
+  return _legacy_method(out, spec)
+
+
+def _apply_parameters(cls, n_inputs):
+  """The parameters of the legacy ``apply`` a keyword can set: not ``self``
+  and not those the positional inputs fill; {name: Parameter}."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  try:
+    params = list(inspect.signature(cls.apply).parameters.values())
+  except (TypeError, ValueError):
+    return {}
+  if params and params[0].name == 'self':  # an @nn.module function has none
+    params = params[1:]
+  positional = (inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD)
+  taken = [p for p in params if p.kind in positional][:n_inputs]
+  return {p.name: p for p in params if p not in taken and p.kind in (
+      inspect.Parameter.POSITIONAL_OR_KEYWORD,
+      inspect.Parameter.KEYWORD_ONLY)}
+
+
+def _default(cls, name):
+  import inspect  # pylint: disable=g-import-not-at-top
+  p = _apply_parameters(cls, 0).get(name)
+  return None if p is None or p.default is inspect.Parameter.empty else (
+      p.default)
+
+
+def _deterministic_switch(cls, hyper, n_inputs):
+  """{name: value} of the legacy switches ``cls.apply`` has (a boolean, by
+  the recorded value or the default), each set to turn dropout off; None
+  when it has none."""
+  import inspect  # pylint: disable=g-import-not-at-top
+  params = _apply_parameters(cls, n_inputs)
+  switch = {}
+  for name, off in DETERMINISTIC_SWITCHES:
+    if name not in params:
+      continue
+    value = hyper.get(name, params[name].default)
+    if isinstance(value, bool) or value is inspect.Parameter.empty:
+      switch[name] = off
+  return switch or None
+
+
+def _legacy_run(cls, hyper, inputs, spec):
+  """Initialises, perturbs and runs the legacy module under stochastic key
+  2; (the result to pickle, ``again(key)``: the same run under another
+  stochastic key: (outputs, batch statistics, keys drawn))."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from flax import nn  # pylint: disable=g-import-not-at-top
   from flaxlegacy.migrate import names  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  module = _attr_path(mod, spec['class']).partial(**_tuples(spec['hyper']))
-  inputs = _inputs(spec['inputs'], spec['seed'])
+  module = cls.partial(**hyper)
   with nn.stateful() as state:
     with nn.stochastic(jax.random.PRNGKey(1)):
       # init on the inputs themselves (not init_by_shape): data-dependent
@@ -211,18 +302,99 @@ def _legacy_one(mod, spec):
   leaves = [jnp.asarray(np.asarray(p) + (spec['perturb'] * noise.normal(
       size=np.shape(p))).astype(np.asarray(p).dtype)) for p in leaves]
   params = jax.tree_util.tree_unflatten(treedef, leaves)
-  with nn.stateful(state) as new_state:
-    with nn.stochastic(jax.random.PRNGKey(2)):
-      outputs = module.call(params, *inputs)
+
+  frames = getattr(sys.modules.get('flaxlegacy.nn.stochastic'),
+                   '_prng_stack', None)
+
+  def run(key):
+    draws = None
+    with nn.stateful(state) as new_state:
+      with nn.stochastic(key):
+        outputs = module.call(params, *inputs)
+        if frames:
+          draws = frames[-1].counter
+    return (_plain(_np(outputs)),
+            _np(names.batch_stats_from_collection(new_state)), draws)
+
+  outputs, new_state, draws = run(jax.random.PRNGKey(2))
   out = {
       'params': _np(params),
       'state': _np(names.batch_stats_from_collection(state)),
-      'new_state': _np(names.batch_stats_from_collection(new_state)),
+      'new_state': new_state,
       'inputs': inputs,
-      'outputs': _plain(_np(outputs)),
+      'outputs': outputs,
       # the PRNG the legacy side drew with (legacy mode: not partitionable)
       'partitionable': bool(jax.config.jax_threefry_partitionable),
+      '_module': module, '_state': state, '_params': params,
+      '_draws': draws,
   }
+  return out, run
+
+
+def _stochastic(out, again, spec):
+  """Whether the compared numbers (the outputs ``spec['outputs']`` selects,
+  the batch statistics) change with the stochastic key: the run under key
+  2 against runs under keys 3 and 4, by the comparison's own tolerance.  A
+  run that drew no key from ``nn.stochastic`` cannot depend on it (no
+  second run); a second key is tried because two dropout masks may agree
+  on every element that matters in a small output."""
+  import jax  # pylint: disable=g-import-not-at-top
+  if out.get('_draws') == 0:
+    return False
+  return any(_differs(out, again(jax.random.PRNGKey(k)), spec)
+             for k in (3, 4))
+
+
+def _finite(out, spec):
+  """Whether the compared legacy outputs are all finite numbers."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  outputs = out['outputs']
+  if spec.get('outputs') is not None:
+    outputs = [outputs[i] for i in spec['outputs']]
+  for x in jax.tree_util.tree_leaves(outputs):
+    x = np.asarray(x)
+    if np.issubdtype(x.dtype, np.inexact) and not np.isfinite(x).all():
+      return False
+  return True
+
+
+def _differs(out, other, spec):
+  """Whether another key's run (``again``'s result) gave other numbers."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  pairs = [(out['outputs'], other[0]), (out['new_state'], other[1])]
+  if spec.get('outputs') is not None:
+    pairs[0] = ([out['outputs'][i] for i in spec['outputs']],
+                [other[0][i] for i in spec['outputs']])
+  for a, b in pairs:
+    la, ta = jax.tree_util.tree_flatten(a)
+    lb, tb = jax.tree_util.tree_flatten(b)
+    if ta != tb:
+      return True
+    for x, y in zip(la, lb):
+      x, y = np.asarray(x), np.asarray(y)
+      if x.shape != y.shape:
+        return True
+      if not np.issubdtype(x.dtype, np.number) and x.dtype != bool:
+        if not np.array_equal(x, y):
+          return True
+        continue
+      x, y = x.astype(np.float64), y.astype(np.float64)
+      scale = float(np.max(np.abs(x))) if x.size else 0.0
+      if not np.allclose(y, x, rtol=spec['rtol'], atol=spec['rtol'] * scale,
+                         equal_nan=True):
+        return True
+  return False
+
+
+def _legacy_method(out, spec):
+  """``out`` to pickle, with the legacy ``@nn.module_method`` call where the
+  check names one."""
+  from flax import nn  # pylint: disable=g-import-not-at-top
+  module, state = out.pop('_module'), out.pop('_state')
+  params = out.pop('_params')
+  out.pop('_draws')
   if spec.get('method'):
     # a legacy @nn.module_method, called on the model as programs did
     m_inputs = _inputs(spec['method_inputs'], spec['seed'] + 1)
@@ -264,6 +436,9 @@ def linen(spec, legacy_out, out):
       if 'error' in ref:
         results.append({'error': 'legacy side: ' + ref['error']})
         continue
+      if 'stochastic' in ref:
+        results.append({'stochastic': ref['stochastic']})
+        continue
       try:
         mod = _import_check_module(spec, check, 'upgraded')
         legacy_loaded = sorted(m for m in sys.modules if m.startswith(
@@ -290,6 +465,9 @@ def linen(spec, legacy_out, out):
     mod, skipped, legacy_loaded = loaded[path]
     if 'error' in ref:
       results.append({'error': 'legacy side: ' + ref['error']})
+      continue
+    if 'stochastic' in ref:
+      results.append({'stochastic': ref['stochastic']})
       continue
     try:
       if spec.get('rename_map') is not None:
@@ -318,7 +496,10 @@ def _linen_one(mod, spec, ref):
   import jax  # pylint: disable=g-import-not-at-top
   from flax import core  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
-  hyper = _tuples(spec['hyper'])
+  # a stochastic class: compared with the switch the legacy side set to
+  # turn dropout off (its name kept by the upgrade, a field or a call
+  # parameter)
+  hyper = dict(_tuples(spec['hyper']), **ref.get('switch', {}))
   fields = {k: v for k, v in hyper.items() if k in spec['fields']}
   call = {k: v for k, v in hyper.items() if k in spec['call']}
   extra = {k: v for k, v in hyper.items()
@@ -347,6 +528,8 @@ def _linen_one(mod, spec, ref):
       rngs={'dropout': jax.random.PRNGKey(2)})
   new_vars = core.unfreeze(new_vars)
   result = {'tree': tree_ok}
+  if ref.get('switch'):
+    result.update(switch=ref['switch'], switch_note=ref['switch_note'])
   method_pair = []
   if spec.get('method'):
     m_kwargs = {k: v for k, v in _tuples(spec.get('method_kwargs') or {}

@@ -93,7 +93,9 @@ def summary_text(report):
     lines.append('  verified at the shapes the command initialised: ' + (
         ', '.join(f'{n} {s}' for s, n in counts.items()) or 'no classes'))
     for e in recorded:
-      if e['status'] not in ('verified', 'verified inside'):
+      # and those verified in deterministic mode (the detail says how)
+      if e['status'] not in ('verified', 'verified inside') or (
+          e['status'] == 'verified' and e.get('detail')):
         lines.append(f"  verify {e['file']}:{e['class']}: {e['status']}"
                      + (f" ({e['detail']})" if e.get('detail') else ''))
   return '\n'.join(lines) + '\n'

@@ -10,9 +10,19 @@ shapes), run it on the same parameters, state and inputs with
 ``mutable=['batch_stats']``, and compare outputs and updated batch
 statistics: ``|upgraded - legacy| <= rtol * (|legacy| + max|legacy|)``,
 rtol 1e-5 by default (float32; the max term keeps entries near zero from
-failing on float rounding).  Dropout masks come from different streams, so
-verification runs in deterministic mode: pass the hyper-parameters that
-switch dropout off (``train=False`` ...).
+failing on float rounding).
+
+Dropout masks come from different streams (legacy ``nn.stochastic``, linen
+``rngs={'dropout': ...}``), so outputs that depend on them cannot agree.
+The legacy side runs the perturbed module twice, under two stochastic keys;
+where the outputs (or batch statistics) differ, the class is stochastic for
+these hyper-parameters and is compared in deterministic mode instead: the
+legacy switch its ``apply`` signature has (``train``, ``deterministic``,
+``is_training``, ``training``; ``DETERMINISTIC_SWITCHES``) set to turn
+dropout off on both sides, the result saying so (``detail``: ``compared with
+train=False: stochastic in training mode``).  Without such a switch, or still
+stochastic with it, the status is ``cannot verify: stochastic``: no
+comparison of random draws is reported as a mismatch.
 
 For an upgrade with ``--names linen`` pass its rename map (``upgrade.json``):
 the legacy parameters and batch statistics are renamed with
@@ -25,6 +35,10 @@ import os
 import subprocess
 import sys
 import tempfile
+
+# a class whose outputs change with the stochastic key and that has no
+# legacy switch to turn that off (module docstring): not a mismatch
+STOCHASTIC = 'cannot verify: stochastic'
 
 
 def _run(args, env_off, cwd, python=None, env=None):
@@ -60,7 +74,8 @@ def verify_module(legacy_file, upgraded_file, class_name, inputs, hyper=None,
     root_class: the class's key in the rename map (``'file.py:Class'``);
       by default ``class_name``, which must then be unique in the map.
   Returns:
-    ``{'status': 'ok' | 'mismatch' | 'error', 'detail': ..., ...}``.
+    ``{'status': 'ok' | 'mismatch' | 'error' | STOCHASTIC, 'detail': ...,
+    ...}`` (module docstring: a stochastic class).
   """
   return verify_modules(legacy_file, upgraded_file, [dict(
       class_name=class_name, inputs=inputs, hyper=hyper, fields=fields,
@@ -157,6 +172,10 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
       result['status'] = 'error'
       result['detail'] = result['error']
       continue
+    if 'stochastic' in result:
+      result['status'] = STOCHASTIC
+      result['detail'] = result['stochastic']
+      continue
     ok = result['match'] and result['tree'] and not result['legacy_imported']
     result['status'] = 'ok' if ok else 'mismatch'
     if not ok:
@@ -165,6 +184,9 @@ def verify_modules(legacy_file, upgraded_file, checks, rtol=1e-5, seed=0,
                           if result['legacy_imported'] else
                           f"outputs differ (max rel err "
                           f"{result['max_rel_err']:.3g})")
+    if result.get('switch_note'):
+      result['detail'] = '; '.join(
+          d for d in (result.get('detail'), result['switch_note']) if d)
   return results
 
 
@@ -196,7 +218,7 @@ def verify_codebase(files, codebase, upgraded_root, rename_map=None):
 
 # --- at the shapes the codebase's own runs use -----------------------------
 
-STATUSES = ('verified', 'verified inside', 'mismatch', 'error',
+STATUSES = ('verified', 'verified inside', 'mismatch', 'error', STOCHASTIC,
             'not rebuildable', 'not initialised')
 
 
@@ -219,7 +241,11 @@ def verify_recorded(modules, recorded, inside, legacy_root, upgraded_root,
   root).  Returns one entry per
   class, ``status`` one of ``STATUSES`` (module docstring of
   benchmarks/corpus/README.md: verified, verified inside a class that
-  verified, mismatch, error, not rebuildable, not initialised).
+  verified, mismatch, error, cannot verify: stochastic, not rebuildable,
+  not initialised).  A class is verified when every check is ok (``detail``
+  then names the switch a stochastic class was compared with); else it
+  takes the first mismatch or error, and only where every failing check is
+  stochastic, ``STOCHASTIC``.
   """
   dotted = dotted or _dotted
   by_class = {}
@@ -258,11 +284,16 @@ def verify_recorded(modules, recorded, inside, legacy_root, upgraded_root,
     if 'checks' not in entry:
       continue
     got = [results[i] for i in entry.pop('checks')]
-    bad = [r for r in got if r.get('status') != 'ok']
+    # a mismatch or an error before a check that could not compare
+    bad = sorted((r for r in got if r.get('status') != 'ok'),
+                 key=lambda r: r.get('status') == STOCHASTIC)
     entry['checked'] = len(got)
     if not bad:
       entry['status'] = 'verified'
       entry['max_rel_err'] = max(r.get('max_rel_err', 0.0) for r in got)
+      notes = sorted({r['switch_note'] for r in got if r.get('switch_note')})
+      if notes:  # compared in deterministic mode
+        entry['detail'] = '; '.join(notes)
     else:
       entry['status'] = bad[0].get('status', 'error')
       entry['detail'] = str(bad[0].get('detail'))[:300]
