@@ -105,28 +105,40 @@ CASES = {
 }
 
 RUN = '''
+import importlib
 import json
+import sys
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nn
-import model
 
-x = jnp.cos(jnp.arange(float(np.prod(SHAPE)))).reshape(SHAPE)
-y0, params = model.Net.init(jax.random.PRNGKey(0), x)
-y = model.Net.call(params, x)
-g = jax.grad(lambda p: model.Net.call(p, x).sum())(params)
 flat = lambda t: {'/'.join(str(getattr(k, 'key', k)) for k in p):
                   np.asarray(v).tolist()
                   for p, v in jax.tree_util.tree_flatten_with_path(t)[0]}
-print(json.dumps({'y0': np.asarray(y0).tolist(), 'y': np.asarray(y).tolist(),
-                  'params': flat(params), 'grads': flat(g)}))
+out = {}
+# one process for every case (each in its own directory: its own model
+# and helper copies)
+for case, shape in CASES:
+  sys.path.insert(0, case)
+  for name in [m for m in sys.modules
+               if m == 'model' or m.startswith('legacy_')]:
+    del sys.modules[name]
+  model = importlib.import_module('model')
+  sys.path.pop(0)
+  x = jnp.cos(jnp.arange(float(np.prod(shape)))).reshape(shape)
+  y0, params = model.Net.init(jax.random.PRNGKey(0), x)
+  y = model.Net.call(params, x)
+  g = jax.grad(lambda p: model.Net.call(p, x).sum())(params)
+  out[case] = {'y0': np.asarray(y0).tolist(), 'y': np.asarray(y).tolist(),
+               'params': flat(params), 'grads': flat(g)}
+print(json.dumps(out))
 '''
 
 UPGRADED_RUN = RUN.replace('from flax import nn\n', '').replace(
     'y0, params = model.Net.init(jax.random.PRNGKey(0), x)',
     'y0, v = model.Net().init_with_output(jax.random.PRNGKey(0), x)\n'
-    'params = v["params"]').replace(
+    '  params = v["params"]').replace(
         'model.Net.call(params, x)', 'model.Net().apply(v, x)').replace(
             'jax.grad(lambda p: model.Net.call(p, x).sum())(params)',
             'jax.grad(lambda p: model.Net().apply({"params": p}, x).sum())('
@@ -141,20 +153,35 @@ class Net(nn.Module):
   def apply(self, x):''' + body
 
 
-def _run(src, out, shape):
-  legacy = upgrade_run.run_json(src, RUN.replace('SHAPE', repr(shape)),
-                                off=False)
-  upgraded = upgrade_run.run_json(out, UPGRADED_RUN.replace(
-      'SHAPE', repr(shape)), off=True)
-  return legacy, upgraded
+@pytest.fixture(scope='module')
+def lifted(tmp_path_factory):
+  """Each case upgraded on its own (tmp/<case>/{src,out}); the legacy
+  programs run under the layer in one process, the upgraded ones with
+  FLAXLEGACY=off in another (a process per case and side cost about 7 s
+  of CPU each)."""
+  tmp = tmp_path_factory.mktemp('lifted')
+  src_root, out_root = tmp / 'src', tmp / 'out'
+  src_root.mkdir()
+  out_root.mkdir()
+  upgraded = {}
+  for case, (body, _, _) in CASES.items():
+    src, out, report = upgrade_run.upgrade_dir(tmp / case,
+                                               {'model.py': _model(body)})
+    (src_root / case).symlink_to(src)
+    (out_root / case).symlink_to(out)
+    upgraded[case] = ((out / 'model.py').read_text(), report)
+  cases = sorted((c, shape) for c, (_, shape, _) in CASES.items())
+  legacy = upgrade_run.run_json(
+      src_root, f'CASES = {cases!r}\n' + RUN, off=False)
+  got = upgrade_run.run_json(
+      out_root, f'CASES = {cases!r}\n' + UPGRADED_RUN, off=True)
+  return upgraded, legacy, got
 
 
 @pytest.mark.parametrize('case', sorted(CASES))
-def test_lifted_transform_matches_legacy(tmp_path, case):
-  body, shape, expected = CASES[case]
-  src, out, report = upgrade_run.upgrade_dir(tmp_path,
-                                             {'model.py': _model(body)})
-  code = (out / 'model.py').read_text()
+def test_lifted_transform_matches_legacy(lifted, case):
+  _, _, expected = CASES[case]
+  code, report = lifted[0][case]
   for e in expected:
     assert e in code, code
   transform_todos = [l for l in code.splitlines()
@@ -165,7 +192,7 @@ def test_lifted_transform_matches_legacy(tmp_path, case):
     assert not transform_todos, code
   assert any(r['rule'] == 'lifted_transform' for r in
              report['files']['model.py']['rewritten'])
-  legacy, upgraded = _run(src, out, shape)
+  legacy, upgraded = lifted[1][case], lifted[2][case]
   # the same parameter tree (names, shapes: unbatched), values, outputs
   # at init and after, and gradients
   assert sorted(upgraded['params']) == sorted(legacy['params'])
