@@ -32,6 +32,7 @@ import sys
 # JAX itself and the upgrade's own targets: never a stale dependency here
 _SKIP = frozenset({'jax', 'jaxlib', 'flax', 'flaxlegacy'})
 _REQUIREMENT_NAME = re.compile(r'^\s*([A-Za-z0-9][A-Za-z0-9._-]*)')
+_EXTRA = re.compile(r'\bextra\s*==')
 _GUARDS = frozenset({'AttributeError', 'ImportError', 'ModuleNotFoundError',
                      'Exception', 'BaseException'})
 
@@ -48,7 +49,7 @@ def removed_names(jax_names):
 
 def _requires_jax(dist):
   for req in dist.requires or ():
-    if 'extra ==' in req.replace('"', "'").replace("extra=='", "extra == '"):
+    if _EXTRA.search(req):  # only with an extra
       continue
     m = _REQUIREMENT_NAME.match(req)
     if m and m.group(1).lower() in ('jax', 'jaxlib'):
@@ -184,14 +185,10 @@ def _distributions(top):
 
 
 def _own_tops(files):
-  tops = set()
-  for sf in files:
-    parts = sf.rel.replace(os.sep, '/').split('/')
-    tops.add(parts[0][:-3] if parts[0].endswith('.py') else parts[0])
-    # a test directory run with its own root on sys.path
-    for i in range(1, len(parts)):
-      tops.add(parts[i][:-3] if parts[i].endswith('.py') else parts[i])
-  return tops
+  # every part of every path: the tree's top level, and a test directory
+  # run with its own root on sys.path
+  return {p[:-3] if p.endswith('.py') else p
+          for sf in files for p in sf.rel.replace(os.sep, '/').split('/')}
 
 
 def scan(files, codebase, table):
@@ -231,7 +228,7 @@ def why(top, entry):
   names = sorted({q for q, _, _ in uses})
   shown = ', '.join(names[:3]) + (f' and {len(names) - 3} more'
                                   if len(names) > 3 else '')
-  q, path, line = uses[0]
+  _, path, line = uses[0]
   return (f'{top}: {name} {version}, as installed where the upgrade ran, '
           f'uses {shown} ({path}:{line}), removed from today\'s JAX; the '
           f'upgrade rewrites only this codebase, so install a {name} that '

@@ -357,6 +357,41 @@ def target_names(t):
   return []
 
 
+class BoundNames(FastVisitor):
+  """The names a body binds: assignment, augmented and annotated
+  assignment, loop and comprehension targets, ``as`` names, ``:=``; with
+  ``params``, parameters too (of the function and of nested ones)."""
+
+  def __init__(self, params=False):
+    self.names = set()
+    self._params = params
+
+  def visit_Param(self, node):
+    if self._params:
+      self.names.add(node.name.value)
+
+  def visit_AssignTarget(self, node):
+    self.names.update(target_names(node.target))
+
+  def visit_AnnAssign(self, node):
+    self.names.update(target_names(node.target))
+
+  def visit_AugAssign(self, node):
+    self.names.update(target_names(node.target))
+
+  def visit_For(self, node):
+    self.names.update(target_names(node.target))
+
+  def visit_CompFor(self, node):
+    self.names.update(target_names(node.target))
+
+  def visit_AsName(self, node):
+    self.names.update(target_names(node.name))
+
+  def visit_NamedExpr(self, node):
+    self.names.update(target_names(node.target))
+
+
 class ScopedVisitor(FastVisitor):
   """A ``FastVisitor`` that keeps ``quals``: the names of the classes and
   functions around the node being visited (flow.py's scope names)."""

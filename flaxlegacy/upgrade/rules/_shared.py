@@ -9,6 +9,7 @@ import collections
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import walk
 
 
 Ref = collections.namedtuple('Ref', 'kind target extra')
@@ -34,44 +35,6 @@ def call_name(call):
   return None
 
 
-class _Rebound(cst.CSTVisitor):
-  """Names bound in a body (assignment, loop, ``with ... as``, walrus)."""
-
-  def __init__(self):
-    super().__init__()
-    self.names = set()
-
-  def _add(self, target):
-    if isinstance(target, cst.Name):
-      self.names.add(target.value)
-    elif isinstance(target, (cst.Tuple, cst.List)):
-      for el in target.elements:
-        self._add(el.value)
-    elif isinstance(target, cst.StarredElement):
-      self._add(target.value)
-
-  def visit_AssignTarget(self, node):
-    self._add(node.target)
-
-  def visit_AnnAssign(self, node):
-    self._add(node.target)
-
-  def visit_AugAssign(self, node):
-    self._add(node.target)
-
-  def visit_For(self, node):
-    self._add(node.target)
-
-  def visit_CompFor(self, node):
-    self._add(node.target)
-
-  def visit_AsName(self, node):
-    self._add(node.name)
-
-  def visit_NamedExpr(self, node):
-    self._add(node.target)
-
-
 def none_default_params(fn):
   """The parameters of a FunctionDef or Lambda whose default is ``None``
   and that its body never binds again (``name = name or 'conv'``: a
@@ -84,7 +47,7 @@ def none_default_params(fn):
       + list(ps.kwonly_params)
       if isinstance(p.default, cst.Name) and p.default.value == 'None')
   if out and isinstance(fn, cst.FunctionDef):
-    v = _Rebound()
+    v = walk.BoundNames()
     fn.body.visit(v)
     out -= v.names
   return out

@@ -80,7 +80,7 @@ class _LocalScan(walk.FastVisitor):
 
   def visit_Assign(self, node):
     for t in node.targets:
-      for n in _target_names(t.target):
+      for n in walk.target_names(t.target):
         self.assigned.add(n)
     if len(node.targets) == 1 and isinstance(node.targets[0].target,
                                              cst.Name):
@@ -92,19 +92,19 @@ class _LocalScan(walk.FastVisitor):
         self.vars[name] = ref
 
   def visit_AugAssign(self, node):
-    self.assigned.update(_target_names(node.target))
+    self.assigned.update(walk.target_names(node.target))
 
   def visit_AnnAssign(self, node):
-    self.assigned.update(_target_names(node.target))
+    self.assigned.update(walk.target_names(node.target))
 
   def visit_For(self, node):
-    self.assigned.update(_target_names(node.target))
+    self.assigned.update(walk.target_names(node.target))
 
   def visit_CompFor(self, node):
-    self.assigned.update(_target_names(node.target))
+    self.assigned.update(walk.target_names(node.target))
 
   def visit_AsName(self, node):
-    self.assigned.update(_target_names(node.name))
+    self.assigned.update(walk.target_names(node.name))
 
   def visit_Param(self, node):
     self.assigned.add(node.name.value)
@@ -130,19 +130,6 @@ class _InLoops(walk.FastVisitor):
   def visit_Call(self, node):
     if self._depth:
       self.ids.add(id(node))
-
-
-def _target_names(t):
-  if isinstance(t, cst.Name):
-    return [t.value]
-  if isinstance(t, (cst.Tuple, cst.List)):
-    out = []
-    for e in t.elements:
-      out += _target_names(e.value)
-    return out
-  if isinstance(t, cst.StarredElement):
-    return _target_names(t.value)
-  return []
 
 
 class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,

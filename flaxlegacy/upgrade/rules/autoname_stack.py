@@ -134,10 +134,15 @@ def analyse(codebase):
                                None, flow)
       calls.append((rel, qual, call, lam, values))
 
+  none_params = {}  # (rel, qual) -> its None-default parameters, once
+
   def maybe_none(rel, qual, lam):
-    d = flow.defs.get((rel, qual))
-    out = _shared.none_default_params(d.node if d is not None else None)
-    return out | _shared.none_default_params(lam)
+    out = none_params.get((rel, qual))
+    if out is None:
+      d = flow.defs.get((rel, qual))
+      out = none_params[(rel, qual)] = _shared.none_default_params(
+          d.node if d is not None else None)
+    return out | _shared.none_default_params(lam) if lam is not None else out
 
   def builds(call, values, rel, qual, lam):
     """A legacy submodule built by ``call`` that may be auto-named."""

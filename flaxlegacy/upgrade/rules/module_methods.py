@@ -68,7 +68,6 @@ from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.rules import _shared
 from flaxlegacy.upgrade.rules import apply_rewriter
 from flaxlegacy.upgrade.rules import helpers
-from flaxlegacy.upgrade.rules import methods as methods_rule
 from flaxlegacy.upgrade.rules import resolver as resolver_lib
 
 
@@ -81,41 +80,6 @@ def find(up, node):
         == 'module_method' for d in stmt.decorators):
       out.append(stmt)
   return out
-
-
-class _Bound(walk.FastVisitor):
-  """Names a function binds (parameters, assignment targets, loops ...)."""
-
-  def __init__(self):
-    self.names = set()
-
-  def visit_Param(self, node):
-    self.names.add(node.name.value)
-
-  def _target(self, t):
-    self.names.update(n.value for n in methods_rule._targets(t)  # pylint: disable=protected-access
-                      if isinstance(n, cst.Name))
-
-  def visit_AssignTarget(self, node):
-    self._target(node.target)
-
-  def visit_AnnAssign(self, node):
-    self._target(node.target)
-
-  def visit_AugAssign(self, node):
-    self._target(node.target)
-
-  def visit_For(self, node):
-    self._target(node.target)
-
-  def visit_CompFor(self, node):
-    self._target(node.target)
-
-  def visit_AsName(self, node):
-    self._target(node.name)
-
-  def visit_NamedExpr(self, node):
-    self._target(node.target)
 
 
 class _Loads(walk.FastVisitor):
@@ -567,7 +531,7 @@ def _setup_form(up, info, new_body, methods):
       _shared.RESERVED_FIELDS)
   bound = {}
   for fname, fn in fns.items():
-    b = _Bound()
+    b = walk.BoundNames(params=True)
     fn.visit(b)
     bound[fname] = b.names
   attrs = {}  # id(construction) -> setup attribute

@@ -209,15 +209,16 @@ class ModuleCallRules:
     name = None
     kind = _shared.name_kind(original, self.maybe_none)
     given = None
+    partial_named = kind != 'named' and name_plan.partial_named(ref)
     if kind != 'named':
       # ``name=None`` is legacy's default; ``name=p`` (p's default None)
       # is the name unless None: the plan adds it
       given = next((h.arg.value for h in hypers if h.key == 'name'), None)
       hypers = [h for h in hypers if h.key != 'name']
-      if kind == 'maybe' and name_plan.partial_named(ref):
+      if kind == 'maybe' and partial_named:
         self.todo(original, MAYBE_PARTIAL_NAMED)
         return updated
-    if kind != 'named' and not name_plan.partial_named(ref):
+    if kind != 'named' and not partial_named:
       if self.todo_all:
         self.todo(original, self.todo_all)
       ctor_src = None
