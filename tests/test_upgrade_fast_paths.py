@@ -175,15 +175,17 @@ def test_prepare_works_out_what_forked_workers_would_each_repeat():
   sf.code = src
   api._parse(sf)  # pylint: disable=protected-access
   codebase = api._analyse([sf])  # pylint: disable=protected-access
-  assert getattr(codebase, 'autoname_stack', None) is None
+  assert codebase.analyses.worked_out() == []
   transform.prepare(codebase)
-  analysis = codebase.autoname_stack
+  assert codebase.analyses.worked_out() == [
+      'autoname_stack', 'layer_function_callers', 'model_uses']
+  analysis = codebase.analyses.autoname_stack()
   assert analysis.functions == {('m.py', 'feats')}
   # the rules read the same object, not a second analysis
   up = types.SimpleNamespace(ctx=types.SimpleNamespace(
       codebase=codebase, facts=codebase.files['m.py']))
   from flaxlegacy.upgrade.rules import autoname_stack  # pylint: disable=g-import-not-at-top
-  assert autoname_stack.analyse(codebase) is analysis
+  assert codebase.analyses.autoname_stack() is analysis
   assert autoname_stack.role(up, codebase.files['m.py'].modules['M']) == (
       'body')
 

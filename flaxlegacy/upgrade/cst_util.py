@@ -8,8 +8,10 @@ imports inside functions too; tests/test_upgrade_layers.py checks it):
    decided, in terms no target spells) and the emitters that write plans
    as a target's code (emit/: linen today);
 2. facts: the fact collectors (collectors/), facts.py, flow.py (its parts
-   in flow_facts/);
-3. rules (rules/): read the facts, and import each other downwards only;
+   in flow_facts/), the codebase-wide analyses of them (analyses/, kept
+   in ``codebase.analyses``);
+3. rules (rules/): read the facts (and store nothing on them), and import
+   each other downwards only;
 4. drivers: transform.py, api.py, report.py, verify.py, cli.py.
 
 What lives here: names of nodes (``dotted``, ``legacy_attr``), the TODO

@@ -40,6 +40,7 @@ import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade import analyses as analyses_lib
 from flaxlegacy.upgrade.collectors import aliases as alias_facts
 from flaxlegacy.upgrade.collectors import call_sites as call_site_facts
 from flaxlegacy.upgrade.collectors import gin_classes as gin_class_facts
@@ -489,6 +490,9 @@ class CodebaseFacts:
     self.partial_kwargs = {}
     self.shared_classes = set()
     self.flow = None  # flow.Flow: what each name can hold (api._analyse)
+    # the codebase-wide analyses of the facts, each worked out at its first
+    # use (analyses/): rules read them, and store nothing on the facts
+    self.analyses = analyses_lib.Analyses(self)
     # builds a legacy attention Cache (rules/attention_cache.py)
     self.attention_cache = False
     # 'legacy': keep legacy auto-names (explicit name=); 'linen': linen's own

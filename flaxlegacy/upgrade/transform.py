@@ -143,16 +143,16 @@ def _relevance(file_facts, codebase):
 
 
 def prepare(codebase):
-  """Works out now the codebase-wide facts the rules otherwise work out at
-  their first use (what the code does with nn.Model values: rules/
-  model_uses.py), so that forked workers (api.py) inherit them instead of
-  each working them out again.  The rule modules too: each worker would
-  import them again (tens of milliseconds each)."""
+  """Works out now the codebase-wide analyses the rules otherwise have
+  worked out at their first use (``codebase.analyses``, analyses/: what
+  the code does with nn.Model values, the auto-name stack), so that forked
+  workers (api.py) inherit them instead of each working them out again.
+  The rule modules too: each worker would import them again (tens of
+  milliseconds each)."""
   # pylint: disable=g-import-not-at-top,unused-import
   from flaxlegacy.upgrade.rules import array_keys
   from flaxlegacy.upgrade.rules import early_linen
   from flaxlegacy.upgrade.rules import layer_functions
-  from flaxlegacy.upgrade.rules import model_uses
   from flaxlegacy.upgrade.rules import modules
   from flaxlegacy.upgrade.rules import programs
   from flaxlegacy.upgrade.rules import test_util
@@ -160,10 +160,10 @@ def prepare(codebase):
   from flaxlegacy.upgrade.rules.early_linen import removed_modules
   from flaxlegacy.upgrade.rules import autoname_stack
   # pylint: enable=g-import-not-at-top,unused-import
-  model_uses.uses(codebase)
+  codebase.analyses.model_uses()
   # the auto-name stack's analysis walks every file's calls (each worker
   # walked them all again on its first module class)
-  autoname_stack.analyse(codebase)
+  codebase.analyses.autoname_stack()
   walk.warm()
 
 

@@ -1,15 +1,18 @@
 """What several module rules share: the ``Ref`` a callee resolves to, the
 names a linen field cannot take, the auto-name counter, ``name=`` of a call.
 
-A leaf of rules/: it imports no other rule (cst_util.py lists the layers).
+A leaf of rules/: it imports no other rule (cst_util.py lists the layers);
+``call_name``, ``name_kind`` and ``none_default_params`` are the facts
+side's (analyses/call_names.py).
 """
 
 import collections
 
-import libcst as cst
-
 from flaxlegacy.upgrade import cst_util
-from flaxlegacy.upgrade import walk
+# (the facts side's: the auto-name analyses ask them too)
+from flaxlegacy.upgrade.analyses.call_names import call_name  # pylint: disable=g-importing-member,unused-import
+from flaxlegacy.upgrade.analyses.call_names import name_kind  # pylint: disable=g-importing-member,unused-import
+from flaxlegacy.upgrade.analyses.call_names import none_default_params  # pylint: disable=g-importing-member,unused-import
 
 
 Ref = collections.namedtuple('Ref', 'kind target extra')
@@ -25,50 +28,6 @@ RESERVED_FIELDS = frozenset(('name', 'parent', 'scope', 'variables', 'params',
                              'param', 'variable', 'apply', 'init', 'setup',
                              'bind', 'make_rng', 'is_initializing', 'path'))
 AUTONAME_VAR = 'legacy_autoname'
-
-
-def call_name(call):
-  """The ``name=`` argument of a call, or None."""
-  for a in call.args:
-    if cst_util.kw(a) == 'name':
-      return a
-  return None
-
-
-def none_default_params(fn):
-  """The parameters of a FunctionDef or Lambda whose default is ``None``
-  and that its body never binds again (``name = name or 'conv'``: a
-  string where it is used)."""
-  if fn is None or not hasattr(fn, 'params'):
-    return frozenset()
-  ps = fn.params
-  out = frozenset(
-      p.name.value for p in list(ps.posonly_params) + list(ps.params)
-      + list(ps.kwonly_params)
-      if isinstance(p.default, cst.Name) and p.default.value == 'None')
-  if out and isinstance(fn, cst.FunctionDef):
-    v = walk.BoundNames()
-    fn.body.visit(v)
-    out -= v.names
-  return out
-
-
-def name_kind(call, maybe_none=frozenset()):
-  """How a legacy module call is named: ``'auto'`` (no ``name=``, or
-  ``name=None``: legacy's default, which draws the parent's counter),
-  ``'maybe'`` (``name=p``, ``p`` a parameter in ``maybe_none`` -- its
-  default is None --: auto-named in the runs where it is None) or
-  ``'named'``."""
-  arg = call_name(call)
-  if arg is None:
-    return 'auto'
-  v = arg.value
-  if isinstance(v, cst.Name):
-    if v.value == 'None':
-      return 'auto'
-    if v.value in maybe_none:
-      return 'maybe'
-  return 'named'
 
 
 SHARED_CALL_TODO = 'call of a shared module with hyper-parameters'

@@ -33,8 +33,8 @@ import dataclasses
 
 from flaxlegacy.upgrade import facts as facts_lib
 from flaxlegacy.upgrade import walk
+from flaxlegacy.upgrade.analyses import function_callers
 from flaxlegacy.upgrade.rules import autoname_stack
-from flaxlegacy.upgrade.rules import function_callers
 
 
 def applies(up, node):

@@ -18,7 +18,7 @@ facts, what the program rules need to decide that:
   conflict when it receives one in some runs and something else in others
   (class 3: a TODO there, never a guess);
 * ``model_reach`` -- for an ``nn.Model(M, params)`` call, the places its
-  model reaches that cannot take its parameters (rules/model_uses.py reads
+  model reaches that cannot take its parameters (analyses/model_uses.py reads
   what each place does with it: a table, ``model.module``, a call of models
   of several classes, an argument of a function the upgrade cannot see):
   there the call keeps ``nn.Model`` with a TODO, and so does each use;
@@ -31,55 +31,30 @@ facts, what the program rules need to decide that:
   ``.params``, ``.replace(...)`` as legacy), and an optimizer of one is a
   TrainState over it; a name that holds a carried model in some runs and
   parameters in others is a TODO.
-"""
 
-import os
+Where a model reaches, whether it carries its module and the codebase's
+model class are codebase-wide facts: analyses/models.py works them out,
+``codebase.analyses`` keeps them, and the functions here only read them.
+"""
 
 import libcst as cst
 
 from flaxlegacy.upgrade import flow as flow_lib
-from flaxlegacy.upgrade import layer_table
-from flaxlegacy.upgrade.collectors import aliases as alias_facts
-from flaxlegacy.upgrade.rules import model_uses
+from flaxlegacy.upgrade.analyses import model_uses
+from flaxlegacy.upgrade.analyses import models as model_facts
 
 # parameters the program rules take for models by their name (programs.py)
-MODEL_PARAM_NAMES = ('model',)
+MODEL_PARAM_NAMES = model_facts.MODEL_PARAM_NAMES
+# module classes known only when the code runs (analyses/models.py)
+created_carried = model_facts.created_carried
+runtime_module_classes = model_facts.runtime_module_classes
+runtime_init_modules = model_facts.runtime_init_modules
 
 
 def codebase_model_class(codebase, path=None):
-  """The one module class the program's models are built of, or None.
-
-  With ``path`` (the file being upgraded), the programs of its own
-  directory decide first: a tree of several example programs (one model
-  class each) upgraded in one run.  (The program rules call a model
-  parameter named ``model`` as this class.)
-  """
-  cache = getattr(codebase, 'model_class_cache', None)
-  if cache is None:
-    cache = codebase.model_class_cache = {}
-  key = os.path.dirname(path) if path is not None else None
-  if key in cache:
-    return cache[key]
-
-  def model_classes(files):
-    names = set()
-    for f in files:
-      names |= {n for n in getattr(f, 'model_classes', ()) if n}
-    return {n for n in names if n in codebase.modules}
-
-  found = None
-  if path is not None:
-    names = model_classes(f for rel, f in codebase.files.items()
-                          if os.path.dirname(rel) == key)
-    if len(names) == 1:
-      found = names.pop()
-  if found is None:
-    names = model_classes(codebase.files.values())
-    if not names and len(codebase.modules) == 1:
-      names = set(codebase.modules)  # the only module there is
-    found = names.pop() if len(names) == 1 else None
-  cache[key] = found
-  return found
+  """The one module class the program's models are built of, or None
+  (analyses/models.py: those of ``path``'s directory first)."""
+  return codebase.analyses.model_class(path)
 
 
 def _flow(codebase):
@@ -257,139 +232,15 @@ def model_module_classes(codebase, model_value):
 
 
 def model_carried(codebase, site, model_class=None):
-  """Whether the model of the ``nn.Model(M, params)`` call at ``site``
-  (``('m', rel, id(call))``) carries its module: it reaches a place where
-  its module cannot be named (``model_reach``), or M holds module classes
-  of different parameters.  Never for a legacy layer (linen's has other
-  fields), nor for an M nothing is known of that stays where it is made.
-  One answer for every file (the facts only), so the call and each use
-  agree."""
+  """Whether the model made at ``site`` (``('m', rel, id(call))`` of an
+  ``nn.Model(M, params)`` call, ``('mc', ...)`` of a ``M.create(...)``)
+  carries its module: one answer for every file (the facts only,
+  analyses/models.py), so the call and each use agree."""
   flow = _flow(codebase)
   if flow is None or site[0] not in ('m', 'mc'):
     return False
   del model_class  # one answer whichever file asks
-  if site[0] == 'mc':
-    # carried: classes of different parameters known only at run time
-    # (the create call itself goes to run time, rules/lifecycle_runtime.py),
-    # or a model that goes where its parameters alone cannot follow it
-    return created_carried(codebase, site) or _made_model_carried(
-        codebase, flow, site)
-  cache = getattr(flow, 'carried_cache', None)
-  if cache is None:
-    cache = flow.carried_cache = {}
-  if site not in cache and site in getattr(flow, 'carried_sites', ()):
-    cache[site] = True  # an earlier upgrade's legacy_model.Model
-  if site not in cache:
-    vals = flow.values.get(site, set())
-    if any(v[0] == 'layer' for v in vals):
-      # a legacy layer: linen's has other fields (and needs some legacy
-      # inferred): the program rules keep it, with a TODO
-      cache[site] = False
-    elif _site_reach(codebase, site):
-      cache[site] = True
-    else:
-      # module classes of different parameters: carried; nothing known
-      # about M (a loop over layers, a value from outside): the program
-      # rules' TODO
-      cache[site] = any(v[0] == 'class' for v in vals) and not (
-          _module_named(codebase, flow, site))
-  return cache[site]
-
-
-def created_carried(codebase, site):
-  """Whether the model ``X.create(rng, ...)`` / ``X.create_by_shape``
-  makes at ``site`` (``('mc', rel, id(call))``) carries its module: X holds
-  user module classes only (at least two, each one the upgrade converts),
-  of different parameters, so no ``M().apply`` can be written for it; the
-  call becomes ``legacy_model.create_module(X, ...)`` and every use of the
-  model stays as it is (rules/lifecycle_runtime.py)."""
-  flow = _flow(codebase)
-  vals = flow.values.get(site, set()) if flow is not None else set()
-  return runtime_module_classes(codebase, vals)
-
-
-def runtime_module_classes(codebase, vals):
-  """Whether ``vals`` (what an expression used as a legacy module holds)
-  are user module classes the upgrade converts, at least two, of
-  different parameters: the module is known only at run time."""
-  vals = [v for v in vals if v[0] != 'none']
-  if len({(v[1], v[2]) for v in vals if v[0] == 'class'}) < 2 or any(
-      v[0] != 'class' for v in vals):
-    return False
-  if not all(_converted_class(codebase, v) for v in vals):
-    return False
-  choice, _ = flow_lib.module_choice(codebase, vals)
-  return choice is None
-
-
-def _converted_class(codebase, v):
-  """Whether the value ``('class', rel, name, ...)`` is a user module
-  class the upgrade converts (no problems)."""
-  f = codebase.files.get(v[1])
-  info = f.modules.get(v[2]) if f is not None else None
-  return info is not None and not info.problems and info.kind == 'class'
-
-
-def runtime_init_modules(codebase, vals):
-  """Whether ``vals`` (what ``X`` of a legacy ``X.init(rng, x)`` /
-  ``X.init_by_shape(rng, specs)`` holds) are module classes known only at
-  run time, legacy layers among them: two or more different values, each a
-  user module class the upgrade converts or a legacy layer of the layer
-  table (its value there the linen partial the partial rule writes, legacy
-  defaults added), and no one class or layer that a static ``M().init``
-  could name.  Only the parameters come out (``init_module*``), never a
-  model that carries a layer (``model_carried``)."""
-  vals = [v for v in vals if v[0] != 'none']
-  if not any(v[0] == 'layer' for v in vals):
-    return runtime_module_classes(codebase, vals)
-  if len(set(vals)) < 2 or any(v[0] not in ('class', 'layer') for v in vals):
-    return False
-  for v in vals:
-    if v[0] == 'layer' and v[1] not in layer_table.LAYERS:
-      return False
-    if v[0] == 'class' and not _converted_class(codebase, v):
-      return False
-  choice, _ = flow_lib.module_choice(codebase, vals)
-  return choice is None
-
-
-def _made_model_carried(codebase, flow, site):
-  """Whether the model ``M.create(...)`` / ``M.create_by_shape(...)`` makes
-  at ``site`` (``('mc', rel, id(call))``) carries its module: where it goes
-  beyond the locals of a function (a parameter, an attribute, a return, a
-  table) its parameters alone cannot follow it (rules/model_uses.py; e.g. a
-  place whose calls cannot name its module, or that also holds values the
-  source does not show).  Locals the program rules follow, call by call.
-  Its module is whatever the expression ``M`` holds at run time (a class or
-  a ``functools.partial`` of one), so nothing has to be known of it but
-  that it is a module class the upgrade converts: never for a legacy layer
-  (linen's has other fields)."""
-  cache = getattr(flow, 'carried_cache', None)
-  if cache is None:
-    cache = flow.carried_cache = {}
-  if site not in cache:
-    vals = flow.values.get(site, set())
-    u = model_uses.uses(codebase)
-    cache[site] = bool(
-        any(v[0] == 'class' for v in vals)
-        and not any(v[0] == 'layer' for v in vals)
-        and u is not None and u.kept_beyond.get(('model', site)))
-  return cache[site]
-
-
-def _module_named(codebase, flow, site):
-  """Whether the module of the model at ``site`` is one class the rules
-  can name: what every value is (flow.py), or else the class the source
-  names there (``nn.Model(models.CNN, p)``, a local bound to
-  ``CNN.partial(...)``, as the program rules read it)."""
-  choice, _ = flow_lib.module_choice(codebase, flow.values.get(site, set()))
-  if choice is not None and choice[0] == 'class':
-    return True
-  if any(v[0] == 'class' for v in flow.values.get(site, ())):
-    return False  # several classes, of different parameters
-  f = codebase.files.get(site[1])
-  name = getattr(f, 'model_site_names', {}).get(site[2])
-  return alias_facts.is_module_name(codebase, name)
+  return codebase.analyses.model_carried(site)
 
 
 def carried(codebase, rel, qual, expr):
@@ -431,58 +282,7 @@ def _site_reach(codebase, site, model_class=None):
   flow = _flow(codebase)
   if flow is None:
     return []
-  cache = getattr(flow, 'reach_cache', None)
-  if cache is None:
-    cache = flow.reach_cache = {}
-  if site not in cache:
-    cache[site] = _reach(codebase, flow, site)
-  return cache[site]
-
-
-def _reach(codebase, flow, site):
-  value = ('model', site)
-  # the places it reaches, each read for what the code does with it there
-  # (rules/model_uses.py): every one agrees, or every model sharing a place
-  # with it stays too
-  u = model_uses.uses(codebase)
-  if u is None or value not in u.kept:
-    return _reach_by_kind(codebase, flow, site)
-  return u.kept[value]
-
-
-def _reach_by_kind(codebase, flow, site):
-  """The places a model reaches that the program rules do not follow by
-  their kind alone (attributes, tables, returns, parameters not called
-  ``model`` of the codebase's one model class)."""
-  value = ('model', site)
-  out = []
-  builders = {}
-  for f_rel, f in codebase.files.items():
-    for name in getattr(f, 'model_builders', {}):
-      builders[(f_rel, name)] = True
-  for slot, vals in flow.values.items():
-    if value not in vals:
-      continue
-    if slot[0] == 'a':
-      out.append(f'the attribute {slot[2].split(".")[-1]}.{slot[3]}')
-    elif slot[0] == 'c':
-      out.append('a table (dict / list)')
-    elif slot[0] == 'r' and (slot[1], slot[2]) not in builders:
-      out.append(f'the return value of {slot[2]}')
-    elif slot[0] == 'v' and slot[2]:
-      d = flow.defs.get((slot[1], slot[2]))
-      if d is None or slot[3] not in d.names():
-        continue  # a local of some function: followed there
-      # the program rules call a parameter named ``model`` as the
-      # codebase's one model class, with its fields' defaults: right only
-      # for a model of that class built without .partial keywords
-      built = flow.values.get(site, set())
-      model_class = codebase_model_class(codebase, slot[1])
-      if not (slot[3] in MODEL_PARAM_NAMES and model_class is not None
-              and built and all(v[0] == 'class' and v[2] == model_class
-                                and not v[3] for v in built)):
-        out.append(f'the parameter {slot[3]!r} of {slot[2]}')
-  return sorted(set(out))
+  return codebase.analyses.site_reach(site)
 
 
 def optimizer_kept(codebase, site, model_class=None):

@@ -92,7 +92,6 @@ from flaxlegacy.upgrade.collectors.programs import OPTAX  # pylint: disable=g-im
 from flaxlegacy.upgrade.collectors.programs import OPTAX_FIXED  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.collectors.programs import TX_RULES  # pylint: disable=g-importing-member,unused-import
 from flaxlegacy.upgrade.rules import lifecycle_runtime
-from flaxlegacy.upgrade.rules import model_uses
 from flaxlegacy.upgrade.rules.program import annotations
 from flaxlegacy.upgrade.rules.program import checkpoints
 from flaxlegacy.upgrade.rules.program import stateful
@@ -118,7 +117,7 @@ def relevant(file_facts, codebase=None, path=None):
   function reading ``model.params``)."""
   if getattr(file_facts, 'program_words', True):
     return True
-  u = model_uses.uses(codebase) if codebase is not None else None
+  u = codebase.analyses.model_uses() if codebase is not None else None
   return u is not None and path in u.files
 
 

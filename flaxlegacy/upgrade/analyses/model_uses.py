@@ -27,7 +27,8 @@ show) disagrees.  Models that share a place are decided together: one
 disagreeing place keeps every model that reaches it (and every model that
 shares a place with those) as legacy code, with a TODO at each.
 
-Facts only: the program rules (rules/programs.py, through
+Facts only, worked out once per codebase (``codebase.analyses.
+model_uses()``): the program rules (rules/programs.py, through
 rules/objects.py) decide and emit.
 """
 
@@ -179,7 +180,7 @@ class _Uses(walk.ScopedVisitor):
 
 class ModelUses:
   """The agreement facts of a codebase's nn.Model values (computed once,
-  on first use)."""
+  on first use: ``codebase.analyses.model_uses()``)."""
 
   def __init__(self, codebase):
     self.codebase = codebase
@@ -476,13 +477,3 @@ def class_expr(codebase, rel, key):
       return f'{local}.{name}'  # from pkg import mod
   return None
 
-
-def uses(codebase):
-  """The ModelUses of ``codebase`` (computed once)."""
-  flow = _flow(codebase)
-  if flow is None:
-    return None
-  u = getattr(flow, 'model_uses', None)
-  if u is None:
-    u = flow.model_uses = ModelUses(codebase)
-  return u

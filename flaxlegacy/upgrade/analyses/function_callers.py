@@ -1,9 +1,11 @@
 """Which module-level functions of a codebase only module bodies call.
 
 rules/layer_functions.py rewrites such a function like a body (legacy bound
-the layers it builds to the module whose ``apply`` ran it), and
-rules/autoname_stack.py lets it draw auto-names from the running body's
-counter; both ask ``candidate``.  A leaf of rules/: the value facts only.
+the layers it builds to the module whose ``apply`` ran it), and the
+auto-name stack (analyses/autoname_stack.py) lets it draw auto-names from
+the running body's counter; both ask ``candidate``.  The value facts only;
+the callers are worked out once (``callers``), kept by the codebase's
+Analyses (``codebase.analyses.layer_function_callers()``).
 """
 
 import libcst as cst
@@ -17,12 +19,9 @@ def _call_name(func):
   return None
 
 
-def _callers(codebase):
+def callers(codebase):
   """{(rel, function name): set of caller scopes (rel, qual)}, for the
   module-level functions of the codebase, from the value facts."""
-  cached = getattr(codebase, 'layer_function_callers', None)
-  if cached is not None:
-    return cached
   out = {}
   flow = getattr(codebase, 'flow', None)
   if flow is not None:
@@ -39,7 +38,6 @@ def _callers(codebase):
       for v in flow.expr_values(c[1], c[2], c[3].func):
         if v[0] == 'func' and v[2] == name:
           out.setdefault((v[1], name), set()).add((c[1], c[2]))
-  codebase.layer_function_callers = out
   return out
 
 
@@ -69,6 +67,6 @@ def candidate(codebase, rel, name):
   if d is None or d.is_method or d.node.decorators or d.escapes or d.open or (
       not d.called):
     return False
-  callers = _callers(codebase).get((rel, name))
-  return bool(callers) and all(_module_body(codebase, r, q)
-                               for r, q in callers)
+  found = codebase.analyses.layer_function_callers().get((rel, name))
+  return bool(found) and all(_module_body(codebase, r, q)
+                             for r, q in found)
