@@ -12,11 +12,11 @@ import sys
 import libcst as cst
 
 from flaxlegacy.upgrade import facts as facts_lib
+from flaxlegacy.upgrade.analyses import attention_cache as attention_cache_facts
 from flaxlegacy.upgrade import flow as flow_lib
 from flaxlegacy.upgrade import positions
 from flaxlegacy.upgrade import shipping
 from flaxlegacy.upgrade import transform
-from flaxlegacy.upgrade.rules import attention_cache
 
 
 class SourceFile:
@@ -124,11 +124,12 @@ def _analyse(files, names='legacy', observed=None, configs=()):
                                      code=sf.code))
   codebase.finish()
   # a legacy attention cache built, and no nn.Collection of its own
-  # (rules/attention_cache.py), read in the files that use legacy flax.nn
+  # (analyses/attention_cache.py; rules/attention_cache.py reads it), read
+  # in the files that use legacy flax.nn
   # (an upgraded file keeps a Cache it could not rewrite, with its TODO,
   # but its nn.Collection is gone: a second upgrade must decide as the
   # first did)
-  codebase.attention_cache = attention_cache.codebase_fact(
+  codebase.attention_cache = attention_cache_facts.codebase_fact(
       sf.code for sf in files
       if sf.rel in codebase.files and codebase.files[sf.rel].nn_prefixes)
   # what each name can hold, across the codebase (flow.py)

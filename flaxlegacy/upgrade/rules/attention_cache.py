@@ -44,39 +44,18 @@ cache block whose body has no model call the upgrade rewrites keeps a TODO
 (programs.py).
 """
 
-import re
-
 import libcst as cst
 
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade.flow_facts import shared as flow_shared
 from flaxlegacy.upgrade.emit.linen import CACHE_ENTRY_HELPERS  # pylint: disable=g-importing-member
 
-# a legacy Cache built somewhere in the codebase
-_CACHE_BUILT = re.compile(
-    r'\battention\s*\.\s*Cache\s*\(|'
-    r'from\s+flax\s*\.\s*nn\s*\.\s*attention\s+import\s+[^\n]*\bCache\b')
-# a legacy nn.Collection of the codebase's own (other store/retrieve users)
-_COLLECTION_BUILT = re.compile(r'\bCollection\s*\(')
-
 COLLECTION = 'cache'
 
 
-def codebase_fact(codes):
-  """True when the codebase (``codes``: each file's source) builds a legacy
-  attention Cache and no nn.Collection of its own."""
-  built = False
-  for code in codes:
-    if code is None:
-      continue
-    if _COLLECTION_BUILT.search(code):
-      return False
-    if not built and _CACHE_BUILT.search(code):
-      built = True
-  return built
-
-
 def enabled(codebase):
+  """Whether the codebase builds a legacy attention Cache and no
+  nn.Collection of its own (the fact: analyses/attention_cache.py)."""
   return bool(getattr(codebase, 'attention_cache', False))
 
 
