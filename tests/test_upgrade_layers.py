@@ -148,6 +148,22 @@ def test_facts_import_no_rules():
     assert not rules, f'{name}.py imports rule modules: {rules}'
 
 
+def test_analyses_import_no_rules_plans_or_emitters():
+  # the codebase-wide analyses (analyses/) are facts: worked out of the
+  # other facts, below everything that decides or writes
+  graph = import_graph()
+  parts = sorted(n for n in graph if n == f'{PACKAGE}.analyses'
+                 or n.startswith(f'{PACKAGE}.analyses.'))
+  assert {f'{PACKAGE}.analyses.autoname_stack',
+          f'{PACKAGE}.analyses.model_uses'} <= set(parts)
+  above = ('rules', 'plans', 'emit', 'transform', 'api')
+  for name in parts:
+    bad = sorted(f'{t} (line {l})' for t, l in graph[name]
+                 if any(t == f'{PACKAGE}.{a}' or t.startswith(f'{PACKAGE}.{a}.')
+                        for a in above))
+    assert not bad, f'{name} imports {bad}'
+
+
 def test_flow_parts_import_only_shared_and_queries():
   # flow.py composes them; none imports flow.py or another part (but the
   # shared tables and the queries)
@@ -173,3 +189,89 @@ def test_plans_and_emitters_import_no_rules():
                    if t == f'{PACKAGE}.rules' or t.startswith(f'{PACKAGE}.rules.'))
     assert not rules, f'{name} imports rule modules: {rules}'
   assert not graph[f'{PACKAGE}.plans'], 'plans.py imports the upgrade'
+
+
+# the names under which rules hold the facts objects (a CodebaseFacts, its
+# Flow, a file's FileFacts, the codebase's analyses): ``codebase``,
+# ``up.ctx.codebase``, ``self.flow``, ``file_facts`` ...
+_FACT_NAMES = frozenset(('codebase', 'flow', 'facts', 'file_facts', 'f_facts',
+                         'analyses'))
+
+
+def _is_facts_object(node):
+  last = (node.id if isinstance(node, ast.Name) else node.attr
+          if isinstance(node, ast.Attribute) else None)
+  return last in _FACT_NAMES
+
+
+def fact_writes(tree):
+  """(line, source) of every write on a facts object in ``tree``: an
+  attribute assigned (``codebase.x = ...``, ``flow.x += ...``, also an
+  entry of one: ``codebase.x[k] = ...``), ``setattr(codebase, ...)``, and
+  any use of a facts object's ``__dict__``."""
+  out = []
+  for node in ast.walk(tree):
+    targets = []
+    if isinstance(node, ast.Assign):
+      targets = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+      targets = [node.target]
+    elif isinstance(node, ast.Delete):
+      targets = list(node.targets)
+    while targets:
+      t = targets.pop()
+      if isinstance(t, (ast.Tuple, ast.List)):
+        targets.extend(t.elts)
+        continue
+      if isinstance(t, ast.Starred):
+        targets.append(t.value)
+        continue
+      if isinstance(t, ast.Subscript):
+        t = t.value
+        if not isinstance(t, ast.Attribute):
+          continue
+      if isinstance(t, ast.Attribute) and _is_facts_object(t.value):
+        out.append((node.lineno, ast.unparse(t)))
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+        node.func.id in ('setattr', 'delattr') and node.args
+        and _is_facts_object(node.args[0])):
+      out.append((node.lineno, ast.unparse(node)))
+    if isinstance(node, ast.Attribute) and node.attr == '__dict__' and (
+        _is_facts_object(node.value)):
+      out.append((node.lineno, ast.unparse(node)))
+  return out
+
+
+def test_fact_writes_finds_the_ways_to_write():
+  # the checker itself
+  src = ('codebase.a = 1\n'
+         'x = up.ctx.codebase.b = {}\n'
+         'self.flow.c += 1\n'
+         'flow.d[k] = 2\n'
+         'setattr(file_facts, "e", 3)\n'
+         'facts.__dict__.setdefault("f", 4)\n'
+         'codebase, flow.g = 1, 2\n'
+         # reads, and writes on other objects
+         'y = codebase.a\n'
+         'codebase.files[rel].modules\n'
+         'info.fields = []\n'
+         'cache[k] = codebase.flow\n'
+         'self.codebase = codebase\n')
+  assert sorted(l for l, _ in fact_writes(ast.parse(src))) == [
+      1, 2, 3, 4, 5, 6, 7]
+
+
+def test_rules_only_read_facts():
+  # the facts (per file, the value facts, the codebase-wide analyses) are
+  # worked out on the facts side (facts.py, collectors/, flow.py,
+  # flow_facts/, analyses/); a rule reads them and never stores on them
+  # what it worked out (a lazily cached analysis belongs to analyses/)
+  mods = _modules()
+  rules = sorted(n for n in mods if n.startswith(f'{PACKAGE}.rules.'))
+  assert f'{PACKAGE}.rules.objects' in rules
+  found = []
+  for name in rules:
+    with open(mods[name], encoding='utf-8') as f:
+      tree = ast.parse(f.read(), mods[name])
+    found += [f'{name} (line {l}): {s}' for l, s in fact_writes(tree)]
+  assert not found, 'rules write on facts objects:\n  ' + '\n  '.join(found)
