@@ -149,12 +149,12 @@ def made_model_carried(codebase, flow, site):
   beyond the locals of a function (a parameter, an attribute, a return, a
   table) its parameters alone cannot follow it (analyses/model_uses.py;
   e.g. a place whose calls cannot name its module, or that also holds
-  values the source does not show).  Locals the program rules follow, call by call.
-  Its module is whatever the expression ``M`` holds at run time (a class or
-  a ``functools.partial`` of one), so nothing has to be known of it but
-  that it is a module class the upgrade converts: never for a legacy layer
-  (linen's has other fields).  Worked out again at each call: read it as
-  ``codebase.analyses.model_carried(site)``."""
+  values the source does not show).  Locals the program rules follow,
+  call by call.  Its module is whatever the expression ``M`` holds at run
+  time (a class or a ``functools.partial`` of one), so nothing has to be
+  known of it but that it is a module class the upgrade converts: never
+  for a legacy layer (linen's has other fields).  Worked out again at each
+  call: read it as ``codebase.analyses.model_carried(site)``."""
   vals = flow.values.get(site, set())
   u = codebase.analyses.model_uses()
   return bool(
