@@ -41,7 +41,8 @@ import jax.numpy as jnp
 
 __all__ = ['legacy_attention_mask', 'legacy_attention_default',
            'legacy_attention_fn', 'legacy_attention_partial',
-           'legacy_dot_product_attention']
+           'legacy_dot_product_attention', 'legacy_make_padding_mask',
+           'legacy_make_causal_mask']
 
 # legacy attention keyword -> linen MultiHeadDotProductAttention field (the
 # constructor's part of a legacy call; the same map as the upgrade
@@ -312,3 +313,66 @@ def legacy_dot_product_attention(query, key, value, dtype=jnp.float32,
   for i, a in enumerate(order):
     inverse[a] = i
   return jnp.transpose(out, inverse)
+
+
+def _legacy_mask_axes(attention_axis, ndim):
+  """The attention axes the legacy mask builders took: a tuple (default:
+  every axis between the batch and the heads), each of them there."""
+  if attention_axis is None:
+    attention_axis = tuple(range(1, ndim - 2))
+  if not isinstance(attention_axis, tuple):
+    raise TypeError(f'attention_axis must be a tuple, got {attention_axis!r}')
+  for ax in attention_axis:
+    if not (ndim >= 3 and 1 <= ax < ndim - 2):
+      raise ValueError('Attention axis must be between the batch axis and '
+                       'the last-two axes.')
+  return attention_axis
+
+
+def legacy_make_padding_mask(padding_mask_query, padding_mask_key,
+                             query_shape, key_shape, attention_axis=None,
+                             segmentation_mask=False):
+  """Legacy ``nn.attention.make_padding_mask``, with its interface.
+
+  The pairwise mask of a query and a key padding mask (``[batch, axes...]``,
+  a trailing 1 allowed), float32 of shape ``[batch, 1, q axes..., k
+  axes...]``: the product of the two (or, with ``segmentation_mask``, their
+  equality: segment ids).  With several attention axes the key's come out
+  in reversed order, as legacy's did.  Code that assembled legacy
+  attention by hand (its own ``MultiHeadDotProductAttention``) calls it.
+  """
+  if query_shape[0] != key_shape[0]:
+    raise ValueError(f'query {tuple(query_shape)} and key '
+                     f'{tuple(key_shape)}: batch sizes differ')
+  if len(query_shape) != len(key_shape):
+    raise ValueError(f'query {tuple(query_shape)} and key '
+                     f'{tuple(key_shape)}: ranks differ')
+  axes = _legacy_mask_axes(attention_axis, len(key_shape))
+  shape = ((query_shape[0], 1) + tuple(query_shape[a] for a in axes)
+           + tuple(key_shape[a] for a in axes))
+  q = padding_mask_query[..., None]
+  k = padding_mask_key[..., None]
+  # batch first, the rest reversed: [batch, 1, k axes reversed...]
+  k = jnp.transpose(k, (0,) + tuple(range(k.ndim - 1, 0, -1)))
+  pairs = jnp.equal(q, k) if segmentation_mask else jnp.multiply(q, k)
+  return lax.convert_element_type(pairs.reshape(shape), jnp.float32)
+
+
+def legacy_make_causal_mask(key, attention_axis=None, self_mask=False):
+  """Legacy ``nn.attention._make_causal_mask``, with its interface.
+
+  A boolean mask, True where the query position may see the key position:
+  positions are counted row-major over the attention axes, and the query's
+  must be at least the key's (strictly greater with ``self_mask``).  Shape
+  ``(1,) * (key.ndim - len(axes) - 1) + attention dims + attention dims``.
+  """
+  axes = _legacy_mask_axes(attention_axis, key.ndim)
+  dims = tuple(key.shape[a] for a in axes)
+  size = 1
+  for d in dims:
+    size *= d
+  pos = jnp.arange(size, dtype=jnp.int32)
+  shift = -1 if self_mask else 0
+  seen = lax.ge(lax.broadcast_in_dim(pos, (size, size), (0,)) + shift,
+                lax.broadcast_in_dim(pos, (size, size), (1,)))
+  return seen.reshape((1,) * (key.ndim - len(axes) - 1) + dims + dims)

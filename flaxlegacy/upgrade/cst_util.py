@@ -220,7 +220,10 @@ def add_imports(module, needed):
           last = i if not defined else last
           if s.module is not None and not isinstance(s.names, cst.ImportStar):
             for a in s.names:
-              have.add(f'{dotted(s.module)}.{dotted(a.name)}')
+              # ``from m import x as y`` binds y, not x: ``m.x`` is still
+              # needed where the rewrite spells x
+              if not a.asname or a.asname.name.value == dotted(a.name):
+                have.add(f'{dotted(s.module)}.{dotted(a.name)}')
               if a.asname:
                 have.add(f'{dotted(s.module)}.{dotted(a.name)} as '
                          f'{a.asname.name.value}')

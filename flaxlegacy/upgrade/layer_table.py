@@ -85,7 +85,29 @@ LEGACY_FUNCTIONS = {
     'attention.dot_product_attention': 'flaxlegacy.migrate.'
                                        'upgraded_attention.'
                                        'legacy_dot_product_attention',
+    # the mask builders of legacy attention (pure functions), called by
+    # code that assembles its own attention module (long-range-arena)
+    'attention.make_padding_mask': 'flaxlegacy.migrate.upgraded_attention.'
+                                   'legacy_make_padding_mask',
+    'attention._make_causal_mask': 'flaxlegacy.migrate.upgraded_attention.'
+                                   'legacy_make_causal_mask',
 }
+
+
+def legacy_function_of_import(module, name):
+  """The LEGACY_FUNCTIONS key of ``from MODULE import NAME`` (``from
+  flax.deprecated.nn.attention import make_padding_mask``: its legacy
+  attr), or None where MODULE is no legacy nn module or NAME no shipped
+  function."""
+  for root in ('flax.nn', 'flax.deprecated.nn'):
+    if module == root:
+      attr = name
+    elif module.startswith(root + '.'):
+      attr = f'{module[len(root) + 1:]}.{name}'
+    else:
+      continue
+    return attr if attr in LEGACY_FUNCTIONS else None
+  return None
 
 # linen layers flaxlegacy ships for the rewrite (plain linen, importable with
 # FLAXLEGACY=off): the constructor the rewrite writes -> its full name

@@ -169,6 +169,38 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
                 'not rewrite')
     return updated_node
 
+  def _shipped_functions_import(self, original_node, updated_node):
+    """``from flax.deprecated.nn.attention import make_padding_mask`` (each
+    name a legacy function flaxlegacy ships with its legacy interface,
+    layer_table.LEGACY_FUNCTIONS) -> ``from flaxlegacy.migrate.
+    upgraded_attention import legacy_make_padding_mask as
+    make_padding_mask``: the local names stay, so their uses need no change
+    (shipping.py points the import at the tree's copy).  None where any
+    name is not such a function (the import keeps its TODO)."""
+    if (original_node.module is None or original_node.relative
+        or isinstance(original_node.names, cst.ImportStar)):
+      return None
+    mod = cst_util.dotted(original_node.module)
+    homes, names = set(), []
+    for a in original_node.names:
+      attr = layer_table.legacy_function_of_import(mod, cst_util.dotted(a.name))
+      if attr is None:
+        return None
+      home, _, helper = layer_table.LEGACY_FUNCTIONS[attr].rpartition('.')
+      homes.add(home)
+      local = a.asname.name.value if a.asname else cst_util.dotted(a.name)
+      names.append(cst.ImportAlias(
+          name=cst.Name(helper),
+          asname=None if local == helper else cst.AsName(name=cst.Name(local))))
+    if len(homes) != 1:
+      return None
+    home = homes.pop()
+    for n in names:
+      self.rewrote(original_node, 'layers', f'from {mod} import -> the '
+                   f'legacy function, shipped ({n.name.value})')
+      self.ctx.report.rewritten[-1]['shipped'] = f'{home}.{n.name.value}'
+    return updated_node.with_changes(module=cst_util.expr(home), names=names)
+
   def _stale_dependency_todo(self, original_node, tops):
     stale = getattr(self.ctx.codebase, 'stale_dependencies', None)
     if not stale:
@@ -196,6 +228,9 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     new = imports_rule.rewrite_import_from(updated_node)
     if new is not None:
       self.rewrote(original_node, 'imports', 'flax.nn -> flax.linen')
+      return new
+    new = self._shipped_functions_import(original_node, updated_node)
+    if new is not None:
       return new
     for q in jax_names.unmovable_imports(original_node):
       self.todo(original_node, f'{q} was removed; no import provides it '
