@@ -158,6 +158,20 @@ def test_import_with_other_legacy_names_keeps_its_todo(tmp_path):
       in text
 
 
+def test_root_import_of_dot_product_attention(tmp_path):
+  """``from flax.nn import dot_product_attention`` (the name legacy
+  re-exported at the package root) is the shipped function too."""
+  source = ('from flax.nn import dot_product_attention\n\n\n'
+            'def attend(q, k, v):\n'
+            '  return dot_product_attention(q, k, v, axis=(1,))\n')
+  _, out, _ = upgrade_run.upgrade_dir(tmp_path, {'m.py': source})
+  text = (out / 'm.py').read_text()
+  assert TODO not in text, text
+  assert ('import legacy_dot_product_attention as dot_product_attention'
+          in text), text
+  assert 'flax.nn' not in text, text
+
+
 # -- the shipped functions against the layer's own --
 
 @pytest.mark.parametrize('shape,axes,mask_shape', [
