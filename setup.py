@@ -110,6 +110,9 @@ setup(
             # tests/test_upgrade_gin_classes.py runs gfsa-style gin
             # bindings on both sides (skipped without it)
             'gin-config>=0.4',
+            # tests/conftest.py: the run's shared JAX compilation cache is
+            # locked with it
+            'filelock>=3',
             # tests/test_install.py builds the wheel offline
             # (--no-build-isolation) with these.
             'setuptools>=64',

@@ -1,6 +1,9 @@
 """Shared fixtures: the conformance runs are made once per session."""
 
 import os
+import shutil
+import sys
+import tempfile
 
 import pytest
 
@@ -18,6 +21,64 @@ def _slow_ids():
   with open(_SLOW_LIST) as f:
     lines = (line.split('#', 1)[0].strip() for line in f)
     return [line for line in lines if line]
+
+
+# -- one JAX compilation cache per test run --------------------------------
+#
+# Many tests run programs that compile the same XLA computations (the MNIST
+# example's steps, the conformance generators, a legacy and an upgraded
+# process of one model), each in a fresh process.  Every process of a run --
+# the parallel workers and each subprocess whose environment is this one's --
+# shares one persistent compilation cache, made empty at the start of the
+# run and removed at its end, so each computation is compiled once per run.
+# Nothing a test asserts changes: the Python code (flaxlegacy's included) is
+# traced and lowered in every process as before; only XLA's compilation of a
+# computation already compiled in this run is read back from disk (a cache
+# key covers the computation, the compile options and the JAX version).
+# With a size limit set, JAX locks the cache (the filelock package, in the
+# test extra) so processes compiling at once do not read a half-written
+# entry.  A JAX_COMPILATION_CACHE_DIR set by the caller is left alone;
+# FLAXLEGACY_TEST_COMPILATION_CACHE=off runs without one.
+_CACHE_ENV = {
+    'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
+    'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '0',
+    'JAX_COMPILATION_CACHE_MAX_SIZE': str(8 << 30),
+}
+
+
+def pytest_configure(config):
+  if (os.environ.get('PYTEST_XDIST_WORKER')  # inherits the controller's
+      or os.environ.get('JAX_COMPILATION_CACHE_DIR')
+      or os.environ.get('FLAXLEGACY_TEST_COMPILATION_CACHE') == 'off'):
+    return
+  path = tempfile.mkdtemp(prefix='flaxlegacy-tests-jax-cache-')
+  config.stash[_CACHE_KEY] = (path, {k: os.environ.get(k) for k in
+                                     ['JAX_COMPILATION_CACHE_DIR',
+                                      *_CACHE_ENV]})
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = path
+  for k, v in _CACHE_ENV.items():
+    os.environ.setdefault(k, v)
+  if 'jax' in sys.modules:  # already read its environment (no workers: -n 0)
+    jax = sys.modules['jax']
+    jax.config.update('jax_compilation_cache_dir', path)
+    for k in _CACHE_ENV:
+      jax.config.update(k.lower(), int(os.environ[k]))
+
+
+def pytest_unconfigure(config):
+  made = config.stash.get(_CACHE_KEY, None)
+  if made is None:
+    return
+  path, before = made
+  for k, v in before.items():
+    if v is None:
+      os.environ.pop(k, None)
+    else:
+      os.environ[k] = v
+  shutil.rmtree(path, ignore_errors=True)
+
+
+_CACHE_KEY = pytest.StashKey()
 
 
 @pytest.hookimpl(tryfirst=True)
