@@ -47,6 +47,7 @@ from flaxlegacy.upgrade.collectors import gin_classes as gin_class_facts
 from flaxlegacy.upgrade.collectors import helpers as helper_facts
 from flaxlegacy.upgrade.collectors import methods as method_facts
 from flaxlegacy.upgrade.collectors import programs as program_facts
+from flaxlegacy.upgrade.collectors import stochastic_names as stochastic_facts
 from flaxlegacy.upgrade.collectors import subclasses as subclass_facts
 from flaxlegacy.upgrade.collectors import usage as usage_facts
 from flaxlegacy.upgrade.cst_util import LEGACY_NN_MODULES  # pylint: disable=g-importing-member
@@ -124,6 +125,9 @@ class FileFacts:
   # modules if that base is one (CodebaseFacts.finish decides)
   foreign_subclasses: Dict[str, Any] = dataclasses.field(
       default_factory=dict)
+  # local name -> 'make_rng' / 'is_stochastic' of legacy randomness imported
+  # by name (``from flax.nn import make_rng``): collectors/stochastic_names.py
+  stochastic_names: Dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _import_name(alias):
@@ -696,4 +700,5 @@ def collect(path, module, code_of=None, statement_texts=None, code=None):
   program_facts.collect_facts(facts, module, code_of, code)
   alias_facts.collect_facts(facts, module, code_of)
   subclass_facts.collect_facts(facts, module)
+  stochastic_facts.collect_facts(facts, module)
   return facts

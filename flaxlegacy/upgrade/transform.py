@@ -54,6 +54,10 @@ class Context:
     # name -> source of a small function the rewritten code calls, written
     # once into the file after its imports (rules/splat.py)
     self.needed_defs = {}
+    # local -> (line, full name) of legacy randomness imported by name at
+    # the top of the file, decided once it is rewritten
+    # (rules/stochastic_names.py)
+    self.stochastic_imports = {}
     self.line_offset = 0
     # positions in the file as written (LazyPositions), looked up first:
     # a node no pass replaced keeps its written line though lines were
@@ -133,6 +137,8 @@ def _relevance(file_facts, codebase):
   for f in codebase.files.values():
     words.update(f.modules)
   words.update(p.split('.')[-1] for p in file_facts.nn_prefixes)
+  # make_rng imported by name (rules/stochastic_names.py)
+  words.update(getattr(file_facts, 'stochastic_names', ()))
   words.add('import')
   alternatives = [r'\.partial\b', r'\.shared\b', 'jax\\.config',
                   r'_by_shape\b']
@@ -259,6 +265,8 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
       body.append(stmt)
     line += text.count('\n')
   new = module.with_changes(body=body) if changed else module
+  from flaxlegacy.upgrade.rules import stochastic_names  # pylint: disable=g-import-not-at-top
+  new = stochastic_names.finish(ctx, new)
   if ctx.needed_imports:
     new = add_imports(new, ctx.needed_imports)
   if ctx.needed_defs:

@@ -58,6 +58,7 @@ from flaxlegacy.upgrade.rules import constructors
 from flaxlegacy.upgrade.rules import drivers
 from flaxlegacy.upgrade.rules import linen_names
 from flaxlegacy.upgrade.rules import name_plan
+from flaxlegacy.upgrade.rules import stochastic_names
 from flaxlegacy.upgrade.rules import partial_locals
 from flaxlegacy.upgrade.rules.apply import frozen_fields
 from flaxlegacy.upgrade.rules.apply import instances
@@ -245,6 +246,7 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
   def leave_Name(self, original_node, updated_node):
     if id(original_node) in self._skip_names:
       return updated_node
+    stochastic_names.leave_name(self, original_node)
     v = original_node.value
     if v in self.fields and v not in self.assigned_fields:
       return cst.Attribute(value=cst.Name('self'), attr=cst.Name(v))
@@ -271,6 +273,8 @@ class ApplyRewriter(instances.InstanceRules, jax_transforms.JaxTransformRules,
     name = cst_util.legacy_attr(f, self.ctx.facts.nn_prefixes)
     if name in ('make_rng', 'is_stochastic'):
       self._handled.add(id(f))
+    elif stochastic_names.called_attr(self, node):  # make_rng() by name
+      self._skip_names.add(id(f))
     if (isinstance(f, cst.Attribute) and f.attr.value == 'is_initializing'
         and isinstance(f.value, cst.Name) and f.value.value == 'self'
         and getattr(self.info, 'name', None) in

@@ -26,6 +26,7 @@ from flaxlegacy.upgrade.rules import partial_calls
 from flaxlegacy.upgrade.rules import partials
 from flaxlegacy.upgrade.rules import initializer_partials
 from flaxlegacy.upgrade.rules import recurrent
+from flaxlegacy.upgrade.rules import stochastic_names
 from flaxlegacy.upgrade.rules.resolver import Resolver  # pylint: disable=g-importing-member
 
 
@@ -110,6 +111,9 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     self._quals = []  # enclosing class / function names (flow.py scopes)
     # id(node) -> plan of rules/partial_calls.py (plain functions)
     self._partial_calls = {}
+    # ids of Name nodes spelling a by-name legacy make_rng that name no
+    # value (attribute names, keywords: rules/stochastic_names.py)
+    self._stochastic_skip = set()
 
   def qual(self):
     """The flow.py scope name of the code being visited."""
@@ -161,8 +165,13 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     self._in_import += 1
 
   def _legacy_import_todo(self, original_node, updated_node):
-    """An import of legacy API the program rules left: kept, with a TODO."""
-    legacy = imports_rule.is_legacy_import(updated_node)
+    """An import of legacy API the program rules left: kept, with a TODO
+    (legacy randomness imported by name is decided once the file is
+    rewritten: rules/stochastic_names.py)."""
+    deferred = stochastic_names.import_names(self, original_node)
+    rest = (stochastic_names.without(updated_node, deferred) if deferred
+            else updated_node)
+    legacy = rest is not None and imports_rule.is_legacy_import(rest)
     if legacy:
       self.todo(original_node, f'{legacy} is legacy API outside module '
                 'definitions, used here in a way the program-level rules do '
@@ -250,8 +259,18 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
       return new
     return self._legacy_import_todo(original_node, updated_node)
 
+  # -- legacy randomness imported by name (rules/stochastic_names.py) --
+  def visit_Arg(self, node):
+    if node.keyword is not None:
+      stochastic_names.not_a_load(self, node.keyword)
+
+  def leave_Name(self, original_node, updated_node):
+    stochastic_names.leave_name(self, original_node)
+    return updated_node
+
   # -- removed JAX names --
   def visit_Attribute(self, node):
+    stochastic_names.not_a_load(self, node.attr)
     # nn.linear._conv_dimension_numbers: the module part is consumed too
     attr = cst_util.legacy_attr(node, self.ctx.facts.nn_prefixes)
     if (attr in layer_table.LEGACY_HELPERS or attr in SAME_ATTRS_IN_LINEN
