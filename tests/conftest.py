@@ -40,9 +40,9 @@ def _slow_ids():
 # entry.  A JAX_COMPILATION_CACHE_DIR set by the caller is left alone;
 # FLAXLEGACY_TEST_COMPILATION_CACHE=off runs without one.
 _CACHE_ENV = {
-    'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': '0',
-    'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': '0',
-    'JAX_COMPILATION_CACHE_MAX_SIZE': str(8 << 30),
+    'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': 0.1,
+    'JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES': 0,
+    'JAX_COMPILATION_CACHE_MAX_SIZE': 8 << 30,
 }
 
 
@@ -57,12 +57,12 @@ def pytest_configure(config):
                                       *_CACHE_ENV]})
   os.environ['JAX_COMPILATION_CACHE_DIR'] = path
   for k, v in _CACHE_ENV.items():
-    os.environ.setdefault(k, v)
+    os.environ.setdefault(k, str(v))
   if 'jax' in sys.modules:  # already read its environment (no workers: -n 0)
     jax = sys.modules['jax']
     jax.config.update('jax_compilation_cache_dir', path)
     for k in _CACHE_ENV:
-      jax.config.update(k.lower(), int(os.environ[k]))
+      jax.config.update(k.lower(), type(_CACHE_ENV[k])(os.environ[k]))
 
 
 def pytest_unconfigure(config):

@@ -392,6 +392,35 @@ class BoundNames(FastVisitor):
     self.names.update(target_names(node.target))
 
 
+class LoadedNames(FastVisitor):
+  """The names a node reads: its ``Name`` nodes, but not attribute names
+  (``x.name``) nor keywords (``f(name=...)``); ``in_del=False`` leaves out
+  the names of ``del`` statements, ``in_imports=False`` those an import
+  spells or binds."""
+
+  def __init__(self, in_del=True, in_imports=True):
+    self.names = set()
+    self._in_del = in_del
+    self._in_imports = in_imports
+
+  def visit_Attribute(self, node):
+    node.value.visit(self)
+    return False
+
+  def visit_Arg(self, node):
+    node.value.visit(self)
+    return False
+
+  def visit_Del(self, node):  # pylint: disable=unused-argument
+    return self._in_del
+
+  def visit_ImportAlias(self, node):  # pylint: disable=unused-argument
+    return self._in_imports
+
+  def visit_Name(self, node):
+    self.names.add(node.value)
+
+
 class ScopedVisitor(FastVisitor):
   """A ``FastVisitor`` that keeps ``quals``: the names of the classes and
   functions around the node being visited (flow.py's scope names)."""

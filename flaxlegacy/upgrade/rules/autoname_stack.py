@@ -1,25 +1,6 @@
-"""Legacy auto-names of submodules built in plain functions and lambdas.
-
-Legacy Flax numbered an unnamed submodule on the counter of the module
-whose ``apply`` was running when it was built, also where a plain function
-called from the body built it (init2winit's vgg ``features()``, a
-``conv = nn.Conv.partial(...)`` called in a loop) or a lambda made in one
-module and called in another (cold_posterior's ``get_activation_f``
-returns ``lambda x, **kw: activations.BiasSELUNorm(x, ...)``, handed to
-the blocks and called there: the block's counter).  Linen binds such a
-module to the running compact method too, but names it by its own
-per-class counter.
-
-The upgrade writes a run-time stack of counters (``autoname_frame`` /
-``autoname_counter`` of flaxlegacy/migrate/upgraded.py, shipped in the
-tree's one ``legacy_helpers.py``): each compact method whose run can reach
-such code is decorated ``@legacy_names.autoname_frame`` (a fresh counter
-per call, popped in ``finally``) and counts all its auto-names from that
-counter (``legacy_autoname = legacy_names.autoname_counter()``), and the
-functions and lambdas name ``f'{Class}_{next(legacy_names.
-autoname_counter())}'``, read when the submodule is built.  The shipped
-counter raises where the running module is not the frame's owner (a body
-this analysis did not mark), so no name is guessed.
+"""Legacy auto-names of submodules built in plain functions and lambdas:
+what the rules write (analyses/autoname_stack.py says why, and what
+legacy did).
 
 The codebase-wide analysis (which plain functions are stack functions,
 which module bodies run a frame of their own) is a fact: analyses/

@@ -82,31 +82,6 @@ def find(up, node):
   return out
 
 
-class _Loads(walk.FastVisitor):
-  """Names read in an expression (not attribute names, not keywords)."""
-
-  def __init__(self):
-    self.names = set()
-
-  def visit_Attribute(self, node):
-    node.value.visit(self)
-    return False
-
-  def visit_Arg(self, node):
-    node.value.visit(self)
-    return False
-
-  def visit_Name(self, node):
-    self.names.add(node.value)
-
-
-class _Used(_Loads):
-  """Names read outside ``del`` statements."""
-
-  def visit_Del(self, node):
-    return False
-
-
 def _name_kw(call):
   for a in call.args:
     if a.keyword is not None and a.keyword.value == 'name':
@@ -298,7 +273,7 @@ def _late_defaults(up, info, fn):
   replaces the method's.
   """
   bound = up.ctx.codebase.partial_kwargs.get(info.name, set())
-  used = _Used()
+  used = walk.LoadedNames(in_del=False)
   fn.body.visit(used)
   keep, differ = set(), []
   ps = fn.params
@@ -541,7 +516,7 @@ def _setup_form(up, info, new_body, methods):
       for node, plan, l2, args in sites[fname]:
         if l2 != lit:
           continue
-        loads = _Loads()
+        loads = walk.LoadedNames()
         for v in args:
           v.visit(loads)
         late = sorted((loads.names - {'self'}) & bound[fname])

@@ -109,30 +109,6 @@ def without(node, locals_):
   return node
 
 
-class _Uses(walk.FastVisitor):
-  """The names read in a module (not attribute names, keywords or the
-  names an import binds)."""
-
-  def __init__(self, wanted):
-    self.wanted = wanted
-    self.found = set()
-
-  def visit_Attribute(self, node):
-    node.value.visit(self)
-    return False
-
-  def visit_Arg(self, node):
-    node.value.visit(self)
-    return False
-
-  def visit_ImportAlias(self, node):  # pylint: disable=unused-argument
-    return False
-
-  def visit_Name(self, node):
-    if node.value in self.wanted:
-      self.found.add(node.value)
-
-
 def finish(ctx, module):
   """``module`` (the rewritten file) with each recorded import decided:
   a name with no use left leaves its import (the statement goes with its
@@ -141,9 +117,11 @@ def finish(ctx, module):
   recorded = ctx.stochastic_imports
   if not recorded:
     return module
-  uses = _Uses(frozenset(recorded))
+  # the names read in the module (not attribute names, keywords or the
+  # names an import binds)
+  uses = walk.LoadedNames(in_imports=False)
   module.visit(uses)
-  gone = frozenset(recorded) - uses.found
+  gone = frozenset(recorded) - uses.names
   body, carry, changed = [], None, False
   for stmt in module.body:
     if carry is not None:

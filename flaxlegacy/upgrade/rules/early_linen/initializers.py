@@ -72,24 +72,9 @@ def _initializer_signature(fn):
 
 def _uses_name(fn, name):
   """Whether the body refers to ``name`` (not ``x.name``, not ``name=``)."""
-  found = []
-
-  class V(walk.FastVisitor):
-
-    def visit_Attribute(self, node):
-      node.value.visit(self)
-      return False
-
-    def visit_Arg(self, node):
-      node.value.visit(self)
-      return False
-
-    def visit_Name(self, node):
-      if node.value == name:
-        found.append(node)
-
-  fn.body.visit(V())
-  return bool(found)
+  loads = walk.LoadedNames()
+  fn.body.visit(loads)
+  return name in loads.names
 
 
 class Rule(_common.Rule):
