@@ -30,14 +30,18 @@ def _slow_ids():
 # process of one model), each in a fresh process.  Every process of a run --
 # the parallel workers and each subprocess whose environment is this one's --
 # shares one persistent compilation cache, made empty at the start of the
-# run and removed at its end, so each computation is compiled once per run.
+# run and removed at its end, so a costly computation is compiled once per
+# run.
 # Nothing a test asserts changes: the Python code (flaxlegacy's included) is
 # traced and lowered in every process as before; only XLA's compilation of a
 # computation already compiled in this run is read back from disk (a cache
 # key covers the computation, the compile options and the JAX version).
 # With a size limit set, JAX locks the cache (the filelock package, in the
 # test extra) so processes compiling at once do not read a half-written
-# entry.  A JAX_COMPILATION_CACHE_DIR set by the caller is left alone;
+# entry; with that limit JAX scans the whole cache at each write, so only
+# compiles of 0.1 s or more are kept (eager code's op-by-op compiles, many
+# thousands, made it quadratic: docs/decisions.md).  A
+# JAX_COMPILATION_CACHE_DIR set by the caller is left alone;
 # FLAXLEGACY_TEST_COMPILATION_CACHE=off runs without one.
 _CACHE_ENV = {
     'JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS': 0.1,
