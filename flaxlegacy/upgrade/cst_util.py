@@ -108,6 +108,13 @@ def legacy_attr(node, prefixes):
   return _prefixed(dotted(node), prefixes)
 
 
+def legacy_nn_attr(full):
+  """``legacy_attr`` of a full dotted name: ``'Dense'`` for
+  ``flax.nn.linear.Dense`` or ``flax.deprecated.nn.Dense``,
+  ``'attention.make_padding_mask'``, else None."""
+  return _prefixed(full, LEGACY_NN_MODULES)
+
+
 def _prefixed(name, prefixes):
   """``legacy_attr`` of the dotted ``name`` of an attribute chain on a
   name."""

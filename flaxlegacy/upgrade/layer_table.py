@@ -94,21 +94,6 @@ LEGACY_FUNCTIONS = {
 }
 
 
-def legacy_function_of_import(module, name):
-  """The LEGACY_FUNCTIONS key of ``from MODULE import NAME`` (``from
-  flax.deprecated.nn.attention import make_padding_mask``: its legacy
-  attr), or None where MODULE is no legacy nn module or NAME no shipped
-  function."""
-  for root in ('flax.nn', 'flax.deprecated.nn'):
-    if module == root:
-      attr = name
-    elif module.startswith(root + '.'):
-      attr = f'{module[len(root) + 1:]}.{name}'
-    else:
-      continue
-    return attr if attr in LEGACY_FUNCTIONS else None
-  return None
-
 # linen layers flaxlegacy ships for the rewrite (plain linen, importable with
 # FLAXLEGACY=off): the constructor the rewrite writes -> its full name
 SHIPPED = {

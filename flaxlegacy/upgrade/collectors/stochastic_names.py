@@ -22,20 +22,6 @@ from flaxlegacy.upgrade import walk
 STOCHASTIC_ATTRS = frozenset(('make_rng', 'is_stochastic'))
 
 
-def legacy_stochastic_attr(full):
-  """``'make_rng'`` for ``flax.deprecated.nn.stochastic.make_rng`` (any
-  legacy ``nn`` module that has it: cst_util.SUBMODULE_REEXPORTS), likewise
-  ``'is_stochastic'``; None for any other full name."""
-  for root in cst_util.LEGACY_NN_MODULES:
-    if full.startswith(root + '.'):
-      attr = full[len(root) + 1:]
-      head, _, rest = attr.partition('.')
-      if rest and rest in cst_util.SUBMODULE_REEXPORTS.get(head, ()):
-        attr = rest
-      return attr if attr in STOCHASTIC_ATTRS else None
-  return None
-
-
 class _Bindings(walk.BoundNames):
   """How often each name is bound in a file: by an import (``imports``,
   local -> count) or by anything else (``names``: assignments, targets,
@@ -70,8 +56,8 @@ def collect_facts(file_facts, module):
   """Adds ``stochastic_names`` to ``file_facts``."""
   found = {}
   for local, full in file_facts.imports.items():
-    attr = legacy_stochastic_attr(full)
-    if attr is not None:
+    attr = cst_util.legacy_nn_attr(full)  # (flax.nn.stochastic.make_rng too)
+    if attr in STOCHASTIC_ATTRS:
       found[local] = attr
   if found:
     v = _Bindings()

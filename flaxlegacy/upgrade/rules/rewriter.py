@@ -192,8 +192,8 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     mod = cst_util.dotted(original_node.module)
     homes, names = set(), []
     for a in original_node.names:
-      attr = layer_table.legacy_function_of_import(mod, cst_util.dotted(a.name))
-      if attr is None:
+      attr = cst_util.legacy_nn_attr(f'{mod}.{cst_util.dotted(a.name)}')
+      if attr not in layer_table.LEGACY_FUNCTIONS:
         return None
       home, _, helper = layer_table.LEGACY_FUNCTIONS[attr].rpartition('.')
       homes.add(home)
