@@ -193,9 +193,10 @@ def test_plans_and_emitters_import_no_rules():
 
 # the names under which rules hold the facts objects (a CodebaseFacts, its
 # Flow, a file's FileFacts, the codebase's analyses): ``codebase``,
-# ``up.ctx.codebase``, ``self.flow``, ``file_facts`` ...
+# ``up.ctx.codebase``, ``self.flow``, ``file_facts``, a class's
+# ModuleInfo (``info``, as every rule names it) ...
 _FACT_NAMES = frozenset(('codebase', 'flow', 'facts', 'file_facts', 'f_facts',
-                         'analyses'))
+                         'analyses', 'info'))
 
 
 def _is_facts_object(node):
@@ -251,14 +252,15 @@ def test_fact_writes_finds_the_ways_to_write():
          'setattr(file_facts, "e", 3)\n'
          'facts.__dict__.setdefault("f", 4)\n'
          'codebase, flow.g = 1, 2\n'
+         'info.methods[k] = m\n'
          # reads, and writes on other objects
          'y = codebase.a\n'
          'codebase.files[rel].modules\n'
-         'info.fields = []\n'
+         'plan.fields = []\n'
          'cache[k] = codebase.flow\n'
          'self.codebase = codebase\n')
   assert sorted(l for l, _ in fact_writes(ast.parse(src))) == [
-      1, 2, 3, 4, 5, 6, 7]
+      1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_rules_only_read_facts():

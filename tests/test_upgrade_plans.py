@@ -50,17 +50,27 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                # a value of layers / classes / functions called legacy-style
                'runtime_layer_call',
                # a partial of a user initializer of more than (key, shape)
-               'legacy_initializer')
+               'legacy_initializer',
+               # a raw JAX transform lifted (rules/apply/lifted_transforms.py)
+               'lifted_transform', 'lifted_decorator', 'lifted_call',
+               # a local partial called legacy-style (rules/partial_calls.py)
+               'partial_call',
+               # a dict field read by a pytree map (rules/apply/frozen_fields.py)
+               'plain_dict_field')
 STATEMENTS = ('field', 'init_any_module', 'runtime_lifecycle')
 # plans written as a list of statements (one placeholder statement)
 STATEMENT_LISTS = ('optimize', 'model_init', 'model_apply_assign')
 # source the concepts not split yet still splice into their own text:
 # passed through, not recorded (none left in the program pass)
 SOURCES = ()
+# the target's spellings a rule reads (not plans): passed through
+SPELLINGS = ('nn_module',)
 STRUCTURE = ('call_method', 'module_class', 'module_base', 'module_method',
              'setup', 'shared_scope', 'scoped_method', 'param_override',
              # a threaded block (its body, or the block with kept items)
-             'threaded_block')
+             'threaded_block',
+             # a function a lifted transform lifts (the def / lambda)
+             'lifted_function')
 
 
 class RecordingEmitter:
@@ -76,7 +86,7 @@ class RecordingEmitter:
     self.rw = rw
 
   def __getattr__(self, method):
-    if method in SOURCES:
+    if method in SOURCES + SPELLINGS:
       return getattr(self.linen, method)
     if method not in EXPRESSIONS + STATEMENTS + STATEMENT_LISTS + STRUCTURE:
       raise AttributeError(method)
@@ -1367,4 +1377,74 @@ def test_initializer_partial_is_a_plan(monkeypatch):
       'functools.partial(constant_initializer')
   marked, log = _upgrade(monkeypatch, INIT_PARTIALS, marker=True)
   assert 'legacy_initializer(' not in marked.split('class Head')[1]
+  assert _put_back(marked, log) == plain
+
+
+LIFTED = '''\
+import jax
+from flax import nn
+
+
+def dense(x, features, name):
+  layer = nn.Dense.partial(bias=False)
+  return layer(x, features, name=name)
+
+
+class Net(nn.Module):
+
+  def apply(self, x, *, scales):
+
+    @jax.remat
+    def inner(h):
+      return nn.Dense(h, 4, name='d')
+
+    def row(h):
+      return h * self.param('w', (h.shape[-1],), nn.initializers.ones)
+
+    y = inner(x)
+    y = jax.vmap(row, 0)(y)
+    y = dense(y, 3, 'fc')
+    y = jax.lax.map(jax.vmap(row), y[None])[0]
+    tree = jax.tree_map(lambda a, s: a * s, {'a': y}, scales)
+    return tree['a']
+
+
+Scaled = Net.partial(scales={'a': 2.0})
+'''
+
+
+def test_lifted_transforms_partial_calls_and_dict_fields_are_plans(
+    monkeypatch):
+  plain, _ = api.upgrade_source(LIFTED)
+  assert 'nn.vmap(row, variable_axes={True: None}' in plain
+  new, log = _upgrade(monkeypatch, LIFTED, marker=False)
+  assert new == plain
+  # the raw transforms: which JAX transform, its own arguments keyed by
+  # JAX's keyword, used as a value or called where it is made
+  lifted = _plans(log, 'lifted_transform')
+  assert [(p.transform, _code(p.function), [(h.key, _code(h.arg.value))
+                                            for h in p.args], p.value)
+          for p in lifted] == [('vmap', 'row', [('in_axes', '0')], False),
+                               ('vmap', 'row', [], True)]
+  assert [p.transform for p in _plans(log, 'lifted_decorator')] == ['remat']
+  assert sorted(p.function.name.value
+                for p in _plans(log, 'lifted_function')) == ['inner', 'row']
+  # calls of lifted functions: ``inner(x)``, and ``T(row)(y)`` whose callee
+  # is the emitter's transform
+  calls = [_code(p.call) for p in _plans(log, 'lifted_call')]
+  assert calls[0] == 'inner(x)' and len(calls) == 2
+  assert calls[1].startswith('nn.vmap(row,') and calls[1].endswith(')(y)')
+  # the local partial called legacy-style: legacy keywords, the input apart
+  (call,) = _plans(log, 'partial_call')
+  assert call.layer.legacy == 'Dense'
+  assert [h.key for h in call.hypers] == ['features', 'name']
+  assert _code(call.input) == 'x'
+  # the dict field handed to a pytree map
+  (field,) = _plans(log, 'plain_dict_field')
+  assert _code(field.value) == 'self.scales'
+  # marker mode: no linen text of these kinds is the rules' own
+  marked, log = _upgrade(monkeypatch, LIFTED, marker=True)
+  for linen_text in ('nn.vmap(', 'nn.remat', 'unfreeze', '(self, y)',
+                     'name=name)(x)'):
+    assert linen_text not in marked, (linen_text, marked)
   assert _put_back(marked, log) == plain

@@ -77,8 +77,6 @@ class ModuleInfo:
   methods: dict = dataclasses.field(default_factory=dict)
   # (class, {keywords}) of calls of shared instances (rules/helpers.py)
   shared_kw: list = dataclasses.field(default_factory=list)
-  # legacy @nn.module_method methods the upgrade converted (module_methods)
-  module_methods: list = dataclasses.field(default_factory=list)
   # keyword-only apply parameters (after ``*`` / ``*args``)
   kwonly: List[str] = dataclasses.field(default_factory=list)
   # parameters holding a module class that the body drives through the
@@ -96,11 +94,14 @@ class ModuleInfo:
   gin_class: Optional[List[str]] = None
   gin_why: Optional[str] = None
 
-  def report(self):
+  def report(self, methods=()):
+    """The report's entry of the class; ``methods``: its legacy
+    ``@nn.module_method`` methods the upgrade converted (a rule's
+    outcome, not a fact: rules/modules.py)."""
     out = {'file': self.file, 'class': self.name, 'fields': self.fields,
            'call': self.call, 'var_kw': self.var_kw}
-    if self.module_methods:
-      out['methods'] = list(self.module_methods)
+    if methods:
+      out['methods'] = list(methods)
     return out
 
 

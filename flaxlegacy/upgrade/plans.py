@@ -21,8 +21,11 @@ stay with the rule.
 
 The module rules outside the module bodies' cases decide plans too
 (rules/partials.py, splat.py, runtime_modules.py, recurrent.py,
-attention.py, attention_cache.py), as does the program pass's threaded
-``nn.stateful`` block (rules/program/stateful.py).
+attention.py, attention_cache.py, subclasses.py, drivers.py,
+called_layers.py, initializer_partials.py, partial_calls.py, and the
+body's lifted transforms and dict fields, rules/apply/), as does the
+program pass's threaded ``nn.stateful`` block
+(rules/program/stateful.py).
 
 Plans are frozen: an emitter reads them and never changes them.  This
 module imports nothing of the upgrade (a leaf under facts and rules).
@@ -1046,3 +1049,77 @@ class KnownModule:
   module: Any
   known: Tuple[str, ...]
   where: str
+
+
+# -- a raw JAX transform over a local function of a module body
+# (rules/apply/lifted_transforms.py) --
+
+
+@_plan
+class LiftedTransform:
+  """A raw JAX transform of a local function of a module body that makes
+  or reads the module's variables, lifted so that they behave as legacy's
+  eager dicts made them: each variable made once, unbatched, one key per
+  stream for the whole transform, no level added to the names.
+  ``transform``: 'checkpoint', 'remat' or 'vmap' (the JAX transform as
+  the user spelt it); ``function``: the function as rewritten (it takes
+  the module first: LiftedFunction); ``args``: the transform's own
+  arguments (Hyper: keyed by JAX's keyword, positional ones named);
+  ``value``: the transformed function is a value, not called where it is
+  made (it must hold the module already)."""
+  transform: str
+  function: Any
+  args: Tuple[Hyper, ...] = ()
+  value: bool = False
+
+
+@_plan
+class LiftedDecorator:
+  """``@jax.remat`` / ``@jax.checkpoint`` (``transform``: 'remat' or
+  'checkpoint') on a local function lifted as a LiftedTransform is."""
+  transform: str
+
+
+@_plan
+class LiftedFunction:
+  """A local function (a def or a lambda, as rewritten) that a
+  LiftedTransform lifts: it takes the module as its first parameter
+  (its body read the module's variables by closure)."""
+  function: Any
+
+
+@_plan
+class LiftedCall:
+  """A call (as rewritten) of a function a LiftedTransform lifts: the
+  module passed first."""
+  call: Any
+
+
+# -- a local of a plain function holding a layer's partial, called
+# legacy-style (rules/partial_calls.py) --
+
+
+@_plan
+class PartialCall:
+  """``n(x, a, k=v, name=s)`` where the local ``n`` holds the target's
+  partial of the legacy ``layer`` (a layer_table.Layer): the partial made
+  a submodule with the hyper-parameters the call gives (Hyper: keyed by
+  the legacy keyword, ``'name'`` for the name; the user's values as
+  rewritten) and called on ``input``.  ``callee``: ``n`` as rewritten."""
+  callee: Any
+  layer: Any
+  hypers: Tuple[Hyper, ...]
+  input: Any
+
+
+# -- a dict field read by a pytree map in a module body
+# (rules/apply/frozen_fields.py) --
+
+
+@_plan
+class PlainDictField:
+  """A dict hyper-parameter (``value``: the field's read, as rewritten)
+  handed to a pytree function with the trees of the code: read as the
+  plain dict legacy kept (a target that stores dict fields as another
+  pytree node must convert it, or the trees' structures differ)."""
+  value: Any

@@ -66,6 +66,10 @@ class LinenEmitter:
   """Writes plans as linen + optax code."""
 
   target = 'linen'
+  # the module that takes legacy ``flax.nn``'s place, imported under the
+  # legacy local name (rules/imports.py): names linen spells the same
+  # (``nn.relu``, ``nn.initializers``) need no change
+  nn_module = 'flax.linen'
 
   def __init__(self, rw):
     # the rewriter it writes for (spelling and file context), held weakly:
@@ -774,6 +778,78 @@ class LinenEmitter:
     self._ctx.needed_imports.add(INITIALIZER_MODULE)
     return cst.Call(func=cst_util.expr(INITIALIZER_WRAPPER),
                     args=[cst.Arg(value=plan.partial)])
+
+  # -- a raw JAX transform over a local function (rules/apply/lifted_transforms.py) --
+  def lifted_transform(self, plan):
+    """LiftedTransform -> linen's lifted transform of the same name
+    (``nn.checkpoint(f)``, ``nn.remat(f)``; ``nn.vmap(f, variable_axes=
+    {True: None}, split_rngs={True: False}, ...)``: every collection
+    broadcast, every stream unsplit, as legacy's dicts and counter); as a
+    value, ``functools.partial(T(f), self)``."""
+    args = [cst.Arg(plan.function)]
+    if plan.transform == 'vmap':
+      args += [cst_util.arg(cst_util.expr(v), k) for k, v in LIFTED_VMAP_AXES]
+    args += [h.arg if h.arg.keyword is not None
+             else cst_util.arg(h.arg.value, h.key) for h in plan.args]
+    new = cst.Call(func=cst_util.expr(f'{self._prefix()}.{plan.transform}'),
+                   args=cst_util.clean_args(args))
+    if not plan.value:
+      return new
+    self._ctx.needed_imports.add('functools')
+    return cst.Call(func=cst_util.expr('functools.partial'),
+                    args=cst_util.clean_args(
+                        [cst.Arg(new), cst.Arg(cst.Name('self'))]))
+
+  def lifted_decorator(self, plan):
+    """LiftedDecorator -> ``nn.remat`` / ``nn.checkpoint``."""
+    return cst_util.expr(f'{self._prefix()}.{plan.transform}')
+
+  def lifted_function(self, plan):
+    """LiftedFunction -> the def / lambda with ``self`` first (linen's
+    lifted transforms hand the module in first)."""
+    ps = plan.function.params
+    me = cst.Param(cst.Name('self'))
+    if ps.posonly_params:
+      ps = ps.with_changes(posonly_params=[me] + list(ps.posonly_params))
+    else:
+      ps = ps.with_changes(params=[me] + list(ps.params))
+    return plan.function.with_changes(params=ps)
+
+  @staticmethod
+  def lifted_call(plan):
+    """LiftedCall -> the call with ``self`` first."""
+    return plan.call.with_changes(args=cst_util.clean_args(
+        [cst.Arg(cst.Name('self'))] + list(plan.call.args)))
+
+  # -- a local holding a layer's partial, called legacy-style (rules/partial_calls.py) --
+  @staticmethod
+  def partial_call(plan):
+    """PartialCall -> ``n(p=a, k'=v, name=s)(x)``: linen's keywords
+    (``k=v`` written tight), the input to the module's call."""
+    args = [cst.Arg(value=h.arg.value,
+                    keyword=cst.Name(h.key if h.key == 'name'
+                                     else layer_table.linen_kwarg(plan.layer,
+                                                                  h.key)),
+                    equal=cst.AssignEqual(
+                        whitespace_before=cst.SimpleWhitespace(''),
+                        whitespace_after=cst.SimpleWhitespace('')))
+            for h in plan.hypers]
+    return cst.Call(func=cst.Call(func=plan.callee, args=args),
+                    args=[cst.Arg(value=plan.input)])
+
+  # -- a dict field read by a pytree map (rules/apply/frozen_fields.py) --
+  def plain_dict_field(self, plan):
+    """PlainDictField -> ``flax.core.unfreeze(field)`` (linen freezes a
+    dict field: a FrozenDict, another pytree node than legacy's dict)."""
+    self._ctx.needed_imports.add('flax')
+    return cst.Call(func=cst_util.expr('flax.core.unfreeze'),
+                    args=[cst.Arg(plan.value)])
+
+
+# linen's vmap of a lifted function (plans.LiftedTransform): every
+# collection broadcast, every rng stream unsplit
+LIFTED_VMAP_AXES = (('variable_axes', '{True: None}'),
+                    ('split_rngs', '{True: False}'))
 
 
 # the run-time stack of legacy auto-name counters (rules/autoname_stack.py):

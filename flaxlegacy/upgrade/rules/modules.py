@@ -266,6 +266,7 @@ def convert_class(up, node, info, plain=False):
     new_body[at:at] = fields
   mms = [m for m in module_methods_rule.find(up, node)
          if m.name.value in others]
+  converted = []  # the @nn.module_method methods converted, for the report
   if mms:
     body2, notes = module_methods_rule.convert(up, info, new_body, mms)
     if body2 is None:
@@ -274,7 +275,7 @@ def convert_class(up, node, info, plain=False):
       new_body = body2
       done = {m.name.value for m in mms}
       others = [o for o in others if o not in done]
-      info.module_methods = sorted(done, key=[m.name.value for m in mms].index)
+      converted = sorted(done, key=[m.name.value for m in mms].index)
       for note in notes:
         up.rewrote(written, 'module_method', f'{info.name}.{note}')
   if others:
@@ -282,7 +283,7 @@ def convert_class(up, node, info, plain=False):
             'or helpers: check them by hand')
   up.rewrote(written, 'module_class', f'class {info.name}: apply -> fields '
              f'{info.fields} + __call__{tuple(info.call)}')
-  up.ctx.report.modules.append(info.report())
+  up.ctx.report.modules.append(info.report(methods=converted))
   if rw.rename is not None:
     # names written in any method (helpers making submodules for apply)
     up.ctx.report.renames.append(rw.rename.entry(info, legacy_methods))

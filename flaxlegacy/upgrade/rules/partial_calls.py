@@ -29,6 +29,7 @@ this rule's.
 import libcst as cst
 
 from flaxlegacy.upgrade import layer_table
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
 
 TODO = ('{name} holds a legacy {what}.partial and is called like a legacy '
@@ -158,22 +159,16 @@ def scan(up, fn, resolver):
 
 
 def rewrite_call(up, original, updated, layer, plan):
-  """``n(x, a, k=v, name=s)`` -> ``n(p=a, k'=v, name=s)(x)``: the values
-  from the updated call (other rules may have rewritten inside them)."""
+  """``n(x, a, k=v, name=s)`` as a PartialCall plan (the call made a
+  submodule with its hyper-parameters, called on ``x``): the values from
+  the updated call (other rules may have rewritten inside them)."""
   ctor, _ = plan
-  by_orig = {id(a.value): u.value for a, u in zip(original.args,
-                                                  updated.args)}
+  by_orig = {id(a.value): u for a, u in zip(original.args, updated.args)}
   pos = [a for a in original.args if a.keyword is None]
-  new_input = by_orig[id(pos[0].value)]
-  args = []
-  for k, v in ctor:
-    kw = k if k == 'name' else layer_table.linen_kwarg(layer, k)
-    args.append(cst.Arg(value=by_orig[id(v)], keyword=cst.Name(kw),
-                        equal=cst.AssignEqual(
-                            whitespace_before=cst.SimpleWhitespace(''),
-                            whitespace_after=cst.SimpleWhitespace(''))))
   up.rewrote(original, 'partial_calls', f'{original.func.value}(x, ...) '
              f'on a local partial of nn.{layer.legacy} -> '
              f'{original.func.value}(...)(x)')
-  return cst.Call(func=cst.Call(func=updated.func, args=args),
-                  args=[cst.Arg(value=new_input)])
+  return up.emit.partial_call(plans.PartialCall(
+      callee=updated.func, layer=layer,
+      hypers=tuple(plans.Hyper(k, by_orig[id(v)]) for k, v in ctor),
+      input=by_orig[id(pos[0].value)].value))

@@ -144,13 +144,13 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     return bool(vals) and all(v[0] in ('class', 'layer') for v in vals)
 
   def _prefix(self):
-    """How this file spells linen: its legacy ``nn`` prefix (``flax.nn``
-    spelled out becomes ``flax.linen``); module level and in module bodies
-    (rules/constructors.py)."""
+    """How this file spells the target's module: its legacy ``nn`` prefix
+    (``flax.nn`` spelled out becomes the emitter's ``nn_module``,
+    ``flax.linen``); module level and in module bodies."""
     prefixes = sorted(self.ctx.facts.nn_prefixes)
     p = prefixes[0] if prefixes else 'nn'
-    return p.replace('flax.deprecated.nn', 'flax.linen').replace(
-        'flax.nn', 'flax.linen')
+    module = self.emit.nn_module
+    return p.replace('flax.deprecated.nn', module).replace('flax.nn', module)
 
   # -- bookkeeping --
   def rewrote(self, node, rule, what):
@@ -222,8 +222,9 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     self._in_import -= 1
     self._stale_dependency_todo(original_node, [
         cst_util.dotted(a.name).split('.')[0] for a in original_node.names])
-    new = imports_rule.rewrite_import(updated_node) or jax_names.rename_import(
-        updated_node, self.ctx.served)
+    new = imports_rule.rewrite_import(
+        updated_node, self.emit.nn_module) or jax_names.rename_import(
+            updated_node, self.ctx.served)
     if new is not None:
       self.rewrote(original_node, 'imports', 'import -> linen / modern path')
       return new
@@ -234,7 +235,8 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
     if original_node.module is not None and not original_node.relative:
       self._stale_dependency_todo(
           original_node, [cst_util.dotted(original_node.module).split('.')[0]])
-    new = imports_rule.rewrite_import_from(updated_node)
+    new = imports_rule.rewrite_import_from(updated_node,
+                                           self.emit.nn_module)
     if new is not None:
       self.rewrote(original_node, 'imports', 'flax.nn -> flax.linen')
       return new
@@ -342,8 +344,9 @@ class Upgrader(cst_util.TodoComments, walk.FastTransformer):
         return updated_node
     full = cst_util.dotted(original_node)
     if full in cst_util.LEGACY_NN_MODULES and full in self.ctx.facts.nn_prefixes:
-      # ``import flax`` ... ``flax.nn.Dense``: the linen module, spelled out
-      return jax_names.expr('flax.linen')
+      # ``import flax`` ... ``flax.nn.Dense``: the target's module, spelled
+      # out
+      return jax_names.expr(self.emit.nn_module)
     q = jax_names.qualify(original_node, self.ctx.facts.imports)
     moved = jax_names.rename_module_attribute(original_node,
                                               self.ctx.facts.imports,

@@ -21,7 +21,9 @@ transforms take a function whose first argument is the module.  The rule
 gives the function that argument, named ``self`` (so the body, which read
 the body's ``self`` by closure, now reads the lifted module: its fields,
 ``self.param``, and the submodules it builds are bound to the lifted scope,
-under the same names), passes ``self`` at every call, and writes
+under the same names), passes ``self`` at every call, and lifts the
+transform.  Each of these is a plan (plans.LiftedFunction, LiftedCall,
+LiftedTransform, LiftedDecorator); the linen emitter writes
 
 * ``jax.checkpoint(f)`` / ``jax.remat(f)`` -> ``nn.checkpoint(f)`` /
   ``nn.remat(f)`` (every collection and rng lifted, as legacy saw them);
@@ -66,7 +68,7 @@ import collections
 
 import libcst as cst
 
-from flaxlegacy.upgrade import cst_util
+from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
 
 # qualified JAX name -> (linen's transform, its keywords in the order of
@@ -80,8 +82,6 @@ LIFTS = {
     'jax.vmap': ('vmap', ('in_axes', 'out_axes', 'axis_name', 'axis_size'),
                  ('in_axes', 'out_axes', 'axis_name', 'axis_size')),
 }
-_VMAP_AXES = (('variable_axes', '{True: None}'),
-              ('split_rngs', '{True: False}'))
 _READS = ('param', 'get_param')
 _STATE = ('state', 'collection')
 _SAFE_KINDS = ('layer', 'class')
@@ -310,41 +310,34 @@ class LiftedTransformRules:
 
   # -- leave hooks (the apply rewriter's) --
   def lifted_call(self, original, updated):
-    """``updated`` (the rewritten call ``original``) with ``self`` passed
-    first where the plan says, the transform written as linen's."""
+    """``updated`` (the rewritten call ``original``): a call of a planned
+    function (the module passed first) or a planned transform, each
+    decided as a plan the emitter writes."""
     plan = self.lift_plan()
     if not plan.transforms and not plan.calls:
       return updated
     if not isinstance(updated, cst.Call):
       return updated
     if id(original) in plan.calls:
-      updated = updated.with_changes(args=cst_util.clean_args(
-          [cst.Arg(cst.Name('self'))] + list(updated.args)))
+      updated = self.emit.lifted_call(plans.LiftedCall(call=updated))
     name = plan.transforms.get(id(original))
     if name is None:
       return updated
     lifted, positional, _ = LIFTS[name]
     pos = [a for a in updated.args if a.keyword is None]
-    args = [cst.Arg(pos[0].value)]
-    if lifted == 'vmap':
-      args += [cst_util.arg(cst_util.expr(v), k) for k, v in _VMAP_AXES]
-    args += [cst_util.arg(a.value, k) for a, k in zip(pos[1:], positional)]
-    args += [a for a in updated.args if a.keyword is not None]
-    new = cst.Call(func=cst_util.expr(f'{self._prefix()}.{lifted}'),
-                   args=cst_util.clean_args(args))
+    args = tuple(plans.Hyper(k, a) for a, k in zip(pos[1:], positional))
+    args += tuple(plans.Hyper(a.keyword.value, a) for a in updated.args
+                  if a.keyword is not None)
     self.rewrote(original, 'lifted_transform',
                  f'{name} -> linen\'s {lifted} (the function takes the '
                  'module first)')
-    if id(original) in plan.partials:
-      self.ctx.needed_imports.add('functools')
-      new = cst.Call(func=cst_util.expr('functools.partial'),
-                     args=cst_util.clean_args(
-                         [cst.Arg(new), cst.Arg(cst.Name('self'))]))
-    return new
+    return self.emit.lifted_transform(plans.LiftedTransform(
+        transform=lifted, function=pos[0].value, args=args,
+        value=id(original) in plan.partials))
 
   def lifted_decorator(self, original, updated):
-    """``@jax.remat`` / ``@jax.checkpoint`` of a planned function ->
-    linen's."""
+    """``@jax.remat`` / ``@jax.checkpoint`` of a planned function, as
+    its plan."""
     name = self.lift_plan().transforms.get(id(original))
     if name is None:
       return updated
@@ -352,20 +345,14 @@ class LiftedTransformRules:
     self.rewrote(original, 'lifted_transform',
                  f'@{name} -> linen\'s {lifted} (the function takes the '
                  'module first)')
-    return updated.with_changes(
-        decorator=cst_util.expr(f'{self._prefix()}.{lifted}'))
+    return updated.with_changes(decorator=self.emit.lifted_decorator(
+        plans.LiftedDecorator(transform=lifted)))
 
   def lifted_params(self, original, updated):
-    """A planned function (FunctionDef or Lambda) with ``self`` first."""
+    """A planned function (FunctionDef or Lambda), taking the module."""
     if id(original) not in self.lift_plan().params:
       return updated
-    ps = updated.params
-    me = cst.Param(cst.Name('self'))
-    if ps.posonly_params:
-      ps = ps.with_changes(posonly_params=[me] + list(ps.posonly_params))
-    else:
-      ps = ps.with_changes(params=[me] + list(ps.params))
-    return updated.with_changes(params=ps)
+    return self.emit.lifted_function(plans.LiftedFunction(function=updated))
 
 
 class _CallsOf(walk.FastVisitor):
