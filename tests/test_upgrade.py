@@ -220,6 +220,84 @@ def test_comments_and_formatting_survive():
     assert keep in out
 
 
+COMMENTED_CALLS = '''\
+from flax import nn
+
+
+class Block(nn.Module):
+
+  def apply(self, x, train=True, use_residual=1, features=3):
+    x = nn.Conv(x, features=4,  # width
+                kernel_size=(3, 3),  # window
+                )
+    x = nn.dropout(x, rate=0.1,  # regularise
+                   deterministic=not train)
+    y = self.param('w',
+                   (3,),  # one per class
+                   nn.initializers.zeros)
+    x = nn.BatchNorm(x,
+                     use_running_average=not train,  # eval: running stats
+                     momentum=0.9)
+    return nn.Dense(x, features) + y
+
+
+Big = Block.partial(
+    features=4,
+    use_residual=2,  # residual on
+)
+
+
+class Net(nn.Module):
+
+  def apply(self, x):
+    x = Big(x,
+            train=False)  # eval
+    return nn.Dense(x,
+                    5,  # classes
+                    bias=False)  # no bias
+'''
+
+
+def test_comments_inside_rewritten_calls_survive():
+  # a comment on a partial's last argument (its closing parenthesis on a
+  # line of its own: cold_posterior's test), and one inside a call a rule
+  # rebuilt from its plan (nn.dropout -> nn.Dropout): before, both were
+  # dropped; each comment is now there exactly once
+  out = up(COMMENTED_CALLS)
+  for c in ('# width', '# window', '# regularise', '# one per class',
+            '# eval: running stats', '# residual on', '# eval', '# classes',
+            '# no bias'):
+    assert sum(1 for l in out.splitlines()
+               if l.rstrip().endswith(c) or f'{c}  #' in l) == 1, (c, out)
+  assert 'use_residual=2,  # residual on\n)' in out
+  # the call rebuilt from a plan: the comment goes on a line above it
+  lines = out.splitlines()
+  at = next(i for i, l in enumerate(lines) if 'nn.Dropout(' in l)
+  assert lines[at - 1].strip() == '# regularise', out
+  compile(out, '<upgraded>', 'exec')
+  assert upgrade_source(out)[0] == out
+
+
+def test_comments_of_parameters_that_become_fields_survive():
+  out = up(textwrap.dedent('''\
+      from flax import nn
+
+
+      class Block(nn.Module):
+
+        def apply(self, x,  # images
+                  features=3,  # width
+                  train=True,  # dropout on
+                  rate=0.1):
+          x = nn.Dense(x, features)
+          return nn.dropout(x, rate=rate, deterministic=not train)
+      '''))
+  assert '  features: int = 3  # width\n' in out, out
+  assert '  train: bool = True  # dropout on\n' in out, out
+  assert '# images' in out.split('def __call__')[1].split('\n')[0], out
+  assert upgrade_source(out)[0] == out
+
+
 @pytest.mark.parametrize('src', [c[1] for c in CASES + TODO_CASES],
                          ids=[c[0] for c in CASES + TODO_CASES])
 def test_idempotent(src):

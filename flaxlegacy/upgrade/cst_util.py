@@ -20,6 +20,7 @@ comments every rule writes (``TODO_PREFIX``, ``TodoComments``,
 argument-list builders.
 """
 
+import collections
 import dataclasses
 import keyword
 import re
@@ -27,6 +28,8 @@ import re
 import libcst as cst
 from libcst._nodes.internal import CodegenState  # pylint: disable=protected-access
 from libcst.helpers import get_full_name_for_node
+
+from flaxlegacy.upgrade import walk
 
 LEGACY_NN_MODULES = ('flax.nn', 'flax.deprecated.nn')
 TODO_PREFIX = '# TODO(flaxlegacy upgrade): '
@@ -184,6 +187,9 @@ class TodoComments:
 
   def leave_statement(self, original_node, updated):  # pylint: disable=unused-argument
     todos = self._todos.pop()
+    if updated is not original_node and isinstance(original_node,
+                                                   cst.SimpleStatementLine):
+      updated = keep_comments(original_node, updated)
     if not todos:
       return updated
     if isinstance(updated, cst.BaseStatement):
@@ -195,6 +201,60 @@ class TodoComments:
     if self._todos:  # removed: the enclosing statement carries them
       self._todos[-1].extend(t for t in todos if t not in self._todos[-1])
     return updated
+
+
+class _Comments(walk.FastVisitor):
+  """The comments in a tree, in order (the whitespace walked too)."""
+
+  def __init__(self):
+    super().__init__()
+    self.out = []
+
+  def visit_Comment(self, node):
+    self.out.append(node.value)
+
+
+def comments(node):
+  """The comments written in ``node``, in order."""
+  found = _Comments()
+  node.visit(found)
+  return found.out
+
+
+def keep_comments(original, updated):
+  """``updated`` (what a rule made of the simple statement ``original``)
+  with each comment of ``original`` that it no longer holds put back as
+  a comment line above it: a comment inside a rewritten call (``rate=0.1,
+  # why``) is the user's text, and a rewrite built from a plan keeps the
+  values, not the layout around them.  A statement removed keeps none."""
+  before = comments(original)
+  if not before:
+    return updated
+  first = updated
+  if isinstance(updated, cst.FlattenSentinel):
+    if not updated.nodes:
+      return updated
+    first = updated.nodes[0]
+    after = [c for n in updated.nodes for c in comments(n)]
+  elif isinstance(updated, cst.BaseStatement):
+    after = comments(updated)
+  else:
+    return updated
+  have = collections.Counter(after)
+  lost = []
+  for c in before:
+    if have[c]:
+      have[c] -= 1
+    else:
+      lost.append(c)
+  if not lost:
+    return updated
+  lines = list(first.leading_lines) + [
+      cst.EmptyLine(indent=True, comment=cst.Comment(c)) for c in lost]
+  first = first.with_changes(leading_lines=lines)
+  if first is updated or not isinstance(updated, cst.FlattenSentinel):
+    return first
+  return cst.FlattenSentinel([first] + list(updated.nodes[1:]))
 
 
 def add_todos(stmt, todos):
@@ -336,9 +396,32 @@ def arg(value, keyword=None):
                      whitespace_after=cst.SimpleWhitespace('')))
 
 
+def _commented(comma):
+  """Whether a Comma carries a comment (``x,  # why`` before a line
+  break): the user's text, which a rewrite must not drop."""
+  if not isinstance(comma, cst.Comma):
+    return False
+  ws = comma.whitespace_after
+  if not isinstance(ws, cst.ParenthesizedWhitespace):
+    return False
+  return ws.first_line.comment is not None or any(
+      l.comment is not None for l in ws.empty_lines)
+
+
+def without_comma(node):
+  """``node`` (an Arg, Param, Element ...) with no comma after it, unless
+  its comma carries a comment (the user's text: kept, see clean_args)."""
+  if _commented(node.comma):
+    return node
+  return node.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+
+
 def clean_args(args):
   """Fixes trailing commas after args were moved around (commas that are
-  there keep their spacing; ``clean`` rewrites them all)."""
+  there keep their spacing; ``clean`` rewrites them all).  The last
+  argument keeps a trailing comma that carries a comment (``k=v,  # why``
+  then the closing parenthesis on its own line): the comment is the
+  user's."""
   args = list(args)
   out = []
   for i, a in enumerate(args):
@@ -346,7 +429,7 @@ def clean_args(args):
       if a.comma is cst.MaybeSentinel.DEFAULT or a.comma is None:
         a = a.with_changes(comma=cst.Comma(
             whitespace_after=cst.SimpleWhitespace(' ')))
-    else:
+    elif not _commented(a.comma):
       a = a.with_changes(comma=cst.MaybeSentinel.DEFAULT)
     out.append(a)
   return out
@@ -358,11 +441,14 @@ def kw(a):
 
 
 def clean(args):
-  """Commas between args (or list / dict items), none after the last."""
+  """Commas between args (or list / dict items), none after the last;
+  a comma that carries a comment is kept as it is (see clean_args)."""
   args = list(args)
   out = []
   for i, a in enumerate(args):
-    if i < len(args) - 1:
+    if _commented(a.comma):
+      pass
+    elif i < len(args) - 1:
       a = a.with_changes(comma=cst.Comma(
           whitespace_after=cst.SimpleWhitespace(' ')))
     else:

@@ -295,16 +295,13 @@ class LinenEmitter:
       # legacy *args: inputs of __call__ too; keyword-only stay so
       kwonly = list(plan.kwonly)
       params = cst.Parameters(
-          params=[self_param] + [
-              p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-              for p in plan.inputs if p not in kwonly],
-          star_arg=plan.star_arg.with_changes(comma=cst.MaybeSentinel.DEFAULT),
-          kwonly_params=[p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-                         for p in kwonly])
+          params=[self_param] + [cst_util.without_comma(p)
+                                 for p in plan.inputs if p not in kwonly],
+          star_arg=cst_util.without_comma(plan.star_arg),
+          kwonly_params=[cst_util.without_comma(p) for p in kwonly])
     else:
       params = cst.Parameters(params=[self_param] + [
-          p.with_changes(comma=cst.MaybeSentinel.DEFAULT)
-          for p in plan.inputs])
+          cst_util.without_comma(p) for p in plan.inputs])
     prologue = [cst.parse_statement(f'{f} = self.{f}\n')
                 for f in plan.copied_fields]
     body = self._prologue(plan.body, prologue, plan.autoname_counter,

@@ -123,10 +123,38 @@ def _field_plans(info):
   return out, None
 
 
-def _fields(up, info):
+def _param_comments(fn):
+  """name -> the comments written with each parameter of ``fn`` (``k=3,
+  # why`` on its own line)."""
+  ps = fn.params
+  out = {}
+  for p in (list(ps.posonly_params) + list(ps.params) + list(ps.kwonly_params)
+            + [q for q in (ps.star_arg, ps.star_kwarg)
+               if isinstance(q, cst.Param)]):
+    found = cst_util.comments(p)
+    if found:
+      out[p.name.value] = found
+  return out
+
+
+def _with_comments(stmt, comments):
+  """A field statement carrying its legacy parameter's comments: the
+  first at the end of its line, any others on lines above it."""
+  lines = list(stmt.leading_lines) + [
+      cst.EmptyLine(indent=True, comment=cst.Comment(c))
+      for c in comments[1:]]
+  return stmt.with_changes(
+      leading_lines=lines, trailing_whitespace=cst.TrailingWhitespace(
+          whitespace=cst.SimpleWhitespace('  '),
+          comment=cst.Comment(comments[0])))
+
+
+def _fields(up, info, fn):
   """The field statements of a module (its Field plans written by the
-  emitter), or (None, the name a field cannot take)."""
+  emitter; each with the comments written with its legacy parameter in
+  ``fn``), or (None, the name a field cannot take)."""
   field_plans, bad = _field_plans(info)
+  comments = _param_comments(fn)
   out = []
   for plan in field_plans:
     stmt = up.emit.field(plan)
@@ -135,6 +163,8 @@ def _fields(up, info):
       # out, removed JAX names, TODOs on legacy layers) apply to it as to
       # the body.
       stmt = walk.transform(stmt, up)
+    if comments.get(plan.name) and isinstance(stmt, cst.SimpleStatementLine):
+      stmt = _with_comments(stmt, comments[plan.name])
     out.append(stmt)
   if bad is not None:
     return None, bad
@@ -231,7 +261,7 @@ def convert_class(up, node, info, plain=False):
       return _with_class_level(up, node, info, class_level)
     up.todo(written, f'{info.name} has no apply method')
     return node
-  fields, bad = _fields(up, info)
+  fields, bad = _fields(up, info, apply)
   if fields is None:
     up.todo(written, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
@@ -322,7 +352,7 @@ def _with_class_level(up, node, info, class_level):
 
 def convert_function(up, node, info):
   """An ``@nn.module`` function -> a linen dataclass module class."""
-  fields, bad = _fields(up, info)
+  fields, bad = _fields(up, info, node)
   if fields is None:
     up.todo(node, f'{info.name}: parameter {bad!r} cannot be a linen field')
     return node
