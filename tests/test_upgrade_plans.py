@@ -39,7 +39,8 @@ EXPRESSIONS = ('module_expr', 'name', 'submodule_call', 'instance', 'dropout',
                'partial_module', 'catch_all_dict', 'split_kwargs',
                'runtime_submodule_call',
                # legacy recurrent cells
-               'recurrent_cell', 'cell_scan', 'cell_carry',
+               'recurrent_cell', 'cell_scan', 'cell_carry', 'cell_partial',
+               'cell_partial_call',
                # legacy attention, the cache in module bodies
                'attention', 'attention_partial', 'known_module',
                'cache_entry',
@@ -1447,4 +1448,39 @@ def test_lifted_transforms_partial_calls_and_dict_fields_are_plans(
   for linen_text in ('nn.vmap(', 'nn.remat', 'unfreeze', '(self, y)',
                      'name=name)(x)'):
     assert linen_text not in marked, (linen_text, marked)
+  assert _put_back(marked, log) == plain
+
+
+CELL_PARTIALS = '''\
+import jax
+from flax import nn
+
+
+class Unnamed(nn.Module):
+
+  def apply(self, x):
+    x = nn.Dense(x, 3)
+    cell = nn.GRUCell.partial(gate_fn=nn.sigmoid)
+    for _ in range(2):
+      carry = nn.GRUCell.initialize_carry(jax.random.PRNGKey(0),
+                                          (x.shape[0],), 3)
+      _, x = cell(carry, x)
+    return x
+'''
+
+
+def test_cell_partial_locals_are_plans(monkeypatch):
+  plain, _ = api.upgrade_source(CELL_PARTIALS)
+  new, log = _upgrade(monkeypatch, CELL_PARTIALS, marker=False)
+  assert new == plain
+  (partial,) = _plans(log, 'cell_partial')
+  assert partial.cell == 'GRUCell'
+  assert [a.keyword.value for a in partial.hypers] == ['gate_fn']
+  (call,) = _plans(log, 'cell_partial_call')
+  assert _code(call.callee) == 'cell' and call.hypers == ()
+  assert [_code(a.value) for a in call.inputs] == ['carry', 'x']
+  # in a loop: the legacy auto-name drawn from the body's counter
+  assert call.name.counter and call.name.type_name == 'GRUCell'
+  marked, log = _upgrade(monkeypatch, CELL_PARTIALS, marker=True)
+  assert 'legacy_cells.GRUCell' not in marked.split('class Unnamed')[1]
   assert _put_back(marked, log) == plain

@@ -900,6 +900,28 @@ class RecurrentCell:
 
 
 @_plan
+class CellPartial:
+  """A legacy cell's partial (``nn.<Cell>.partial(...)``) that a local of
+  a module body holds and only calls legacy-style (CellPartialCall):
+  ``cell``, the legacy class's name; ``hypers``, its keyword Args as
+  written (the cell's fields, ``name=``)."""
+  cell: str
+  hypers: Tuple[Any, ...]
+
+
+@_plan
+class CellPartialCall:
+  """A call ``local(carry, inputs, **kw)`` of a CellPartial's local: the
+  cell made (with the call's keyword Args, ``hypers``, and the AutoName
+  ``name`` to add, or None) and called on ``inputs`` (the (carry, inputs)
+  Args).  ``callee``: the local as rewritten."""
+  callee: Any
+  hypers: Tuple[Any, ...]
+  inputs: Tuple[Any, ...]
+  name: Optional[AutoName] = None
+
+
+@_plan
 class CellScan:
   """A recurrent cell as the body of a scan (``scan_in_dim``,
   ``jax.lax.scan``): ``cell`` (a RecurrentCell, built) run from the carry

@@ -533,6 +533,26 @@ class LinenEmitter:
         [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
          for a in plan.inputs]))
 
+  def cell_partial(self, plan):
+    """CellPartial -> ``functools.partial(legacy_cells.<Cell>, ...)``."""
+    self._ctx.needed_imports.add(CELLS_IMPORT)
+    self._ctx.needed_imports.add('functools')
+    return cst.Call(func=cst_util.expr('functools.partial'),
+                    args=cst_util.clean_args(
+                        [cst.Arg(cst_util.expr(f'{CELLS}.{plan.cell}'))]
+                        + list(plan.hypers)))
+
+  def cell_partial_call(self, plan):
+    """CellPartialCall -> ``local(**kw[, name=])(carry, inputs)``."""
+    args = list(plan.hypers)
+    if plan.name is not None:
+      args.append(cst_util.arg(self.name(plan.name), 'name'))
+    return cst.Call(
+        func=cst.Call(func=plan.callee, args=cst_util.clean_args(args)),
+        args=cst_util.clean_args(
+            [a.with_changes(keyword=None, equal=cst.MaybeSentinel.DEFAULT)
+             for a in plan.inputs]))
+
   def cell_scan(self, plan):
     """CellScan -> ``nn.scan(legacy_cells.<Cell>, variable_broadcast=
     'params', split_rngs={'params': False}[, in_axes=, out_axes=])(...)(

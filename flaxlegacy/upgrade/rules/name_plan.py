@@ -125,6 +125,11 @@ class NamePlan(walk.FastVisitor):
       if cell:
         self._event(node, cell)
         return
+      # a call of a local holding a cell's partial, no name given there
+      cell = recurrent.unnamed_cell_partial_call(up, node)
+      if cell:
+        self._event(node, cell)
+        return
     if ref is None or ref.kind not in ('layer', 'class', 'partial',
                                        'attention', 'instance'):
       return

@@ -25,17 +25,28 @@ and shapes (spec legacy-nn.md 3.17), but take ``features`` as a field and
   name=...), carry, xs, axis=a)``, ``jax.lax.scan(nn.LSTMCell.partial(
   name=...), carry, xs)`` -- becomes the lifted ``nn.scan`` of the cell with
   the parameters broadcast over time (one set, at the same path).
+* A local of a module body that holds a cell's partial and is only
+  called, legacy-style -- ``cell = nn.LSTMCell.partial(name=n)`` then
+  ``state, y = cell((c, h), x)``, often once per layer in a loop --
+  becomes ``functools.partial(legacy_cells.LSTMCell, name=n)``, each call
+  ``cell()((c, h), x)`` (the call's keywords, and the legacy auto-name
+  where neither gives a name, go to the constructor).  The partial and
+  its calls change together or not at all: a local assigned anything
+  else, or used otherwise (passed on, ``cell.initialize_carry``), keeps
+  the TODOs.
 * Unnamed cells (legacy auto-names them on the shared counter) and any
   other form keep a TODO.
 
 Each case decides a plan (upgrade/plans.py: ``RecurrentCell``,
-``CellScan``, ``CellCarry``) that the emitter writes.
+``CellScan``, ``CellCarry``, ``CellPartial``, ``CellPartialCall``) that
+the emitter writes.
 """
 
 import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import plans
+from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.collectors.usage import CELLS  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import jax_names
 
@@ -94,9 +105,92 @@ def _scan_body(up, call):
   return None
 
 
+class _Locals(walk.FastVisitor):
+  """Every assignment, call and other mention of each name of a body."""
+
+  def __init__(self):
+    super().__init__()
+    self.assigned = {}  # name -> [value Call, or None: another target form]
+    self.calls = {}  # name -> [Call of the name]
+    self.names = {}  # name -> count of Name nodes
+
+  def visit_Assign(self, node):
+    for t in node.targets:
+      if isinstance(t.target, cst.Name):
+        self.assigned.setdefault(t.target.value, []).append(node.value)
+      else:
+        for n in walk.target_names(t.target):
+          self.assigned.setdefault(n, []).append(None)
+
+  def _other(self, target):
+    for n in walk.target_names(target):
+      self.assigned.setdefault(n, []).append(None)
+
+  def visit_AugAssign(self, node):
+    self._other(node.target)
+
+  def visit_AnnAssign(self, node):
+    self._other(node.target)
+
+  def visit_For(self, node):
+    self._other(node.target)
+
+  def visit_Call(self, node):
+    if isinstance(node.func, cst.Name):
+      self.calls.setdefault(node.func.value, []).append(node)
+
+  def visit_Name(self, node):
+    self.names[node.value] = self.names.get(node.value, 0) + 1
+
+
+def _cell_kwargs(args):
+  """Whether ``args`` are keywords a cell takes (its fields, ``name``)."""
+  return all(a.keyword is not None and not a.star
+             and (a.keyword.value == 'name' or a.keyword.value in CELL_HYPER)
+             for a in args)
+
+
+def cell_partial_locals(up, body):
+  """{id(node): (what, cell, named)} for the locals of a module body that
+  hold a legacy cell's partial and are only called legacy-style: each
+  ``nn.<Cell>.partial(...)`` assigned to one ('partial') and each call of
+  one ('call'); ``named``: a ``name=`` is given at the call or in every
+  partial the local may hold."""
+  scan = _Locals()
+  body.visit(scan)
+  out = {}
+  for name, values in scan.assigned.items():
+    cells = [_cell_method(up, v.func, 'partial')
+             if isinstance(v, cst.Call) else None for v in values]
+    if not cells or None in cells or len(set(cells)) != 1:
+      continue
+    if not all(_cell_kwargs(v.args) for v in values):
+      continue
+    calls = scan.calls.get(name, [])
+    # every mention: the targets and the callees, nothing else
+    if not calls or scan.names.get(name, 0) != len(values) + len(calls):
+      continue
+    if not all(len(c.args) >= 2 and all(a.keyword is None and not a.star
+                                        for a in c.args[:2])
+               and _cell_kwargs(c.args[2:]) for c in calls):
+      continue
+    cell = cells[0]
+    named = all(any(a.keyword.value == 'name' for a in v.args)
+                for v in values)
+    for v in values:
+      out[id(v)] = ('partial', cell, named)
+    for c in calls:
+      out[id(c)] = ('call', cell, named or any(
+          a.keyword.value == 'name' for a in c.args[2:]))
+  return out
+
+
 def visit_call(up, node):
   """Marks the legacy attributes a rewrite below consumes (no leftover TODO)."""
   f = node.func
+  found = _cell_partials(up).get(id(node))
+  if found is not None and found[0] == 'partial':
+    up._handled.update((id(f), id(f.value)))  # pylint: disable=protected-access
   for method in ('initialize_carry', 'shared'):
     if _cell_method(up, f, method) and (method == 'initialize_carry'
                                         or _in_module(up)):
@@ -119,6 +213,9 @@ def leave_call(up, original, updated):
     return _initialize_carry(up, original, updated, cell)
   if not _in_module(up):
     return None
+  found = _cell_partials(up).get(id(original))
+  if found is not None:
+    return _cell_partial(up, original, updated, *found)
   cell = _cell_method(up, f, 'shared')
   if cell:
     plan = _construct(up, original, updated.args, cell, 'shared')
@@ -172,6 +269,39 @@ def _construct(up, original, args, cell, how, inputs=None):
   up.ctx.report.rewritten[-1]['shipped'] = f'{SHIPPED_IMPORT}.{cell}'
   return plans.RecurrentCell(cell=cell, hypers=tuple(args), name=name,
                              inputs=inputs)
+
+
+def _cell_partials(up):
+  """The body's cell partial locals (cell_partial_locals), worked out at
+  the first look-up; none outside module bodies."""
+  if not _in_module(up):
+    return {}
+  found = getattr(up, '_cell_partial_locals', None)
+  if found is None:
+    found = up._cell_partial_locals = cell_partial_locals(up, up.fn.body)  # pylint: disable=protected-access
+  return found
+
+
+def _cell_partial(up, original, updated, what, cell, named):
+  """A cell partial held by a local, or a call of that local, as its
+  plan."""
+  if what == 'partial':
+    up.rewrote(original, 'recurrent', f'nn.{cell}.partial -> '
+               f'functools.partial({SHIPPED}.{cell}) (hidden size from the '
+               'carry)')
+    up.ctx.report.rewritten[-1]['shipped'] = f'{SHIPPED_IMPORT}.{cell}'
+    return up.emit.cell_partial(plans.CellPartial(
+        cell=cell, hypers=tuple(updated.args)))
+  args = list(updated.args)
+  name = None
+  if not named:
+    name = up._auto_name_plan(original, cell, None)  # pylint: disable=protected-access
+  up.rewrote(original, 'recurrent', f'{original.func.value}(carry, x) on a '
+             f'local partial of nn.{cell} -> {original.func.value}()(carry, '
+             'x)')
+  return up.emit.cell_partial_call(plans.CellPartialCall(
+      callee=updated.func, hypers=tuple(args[2:]), name=name,
+      inputs=tuple(args[:2])))
 
 
 def _initialize_carry(up, original, updated, cell):
@@ -243,6 +373,15 @@ def _scan(up, original, updated, cell, partial):
              f'{q} over nn.{cell} -> {up._prefix()}.scan')  # pylint: disable=protected-access
   return up.emit.cell_scan(plans.CellScan(
       cell=plan, init=bound['init'].value, xs=bound['xs'].value, axis=axis))
+
+
+def unnamed_cell_partial_call(up, node):
+  """The cell's name where ``node`` calls a local holding a cell's partial
+  and neither gives a name (legacy auto-names it), else None."""
+  found = _cell_partials(up).get(id(node))
+  if found is None or found[0] != 'call' or found[2]:
+    return None
+  return found[1]
 
 
 # for the auto-name plan (rules/name_plan.py)
