@@ -278,6 +278,20 @@ def test_comments_inside_rewritten_calls_survive():
   assert upgrade_source(out)[0] == out
 
 
+def test_comments_survive_the_command_too(tmp_path):
+  # upgrade_paths knows each statement's text as written and walks only
+  # those holding a '#' (cst_util.StatementTexts.hashes): the same result
+  from flaxlegacy.upgrade import api  # pylint: disable=g-import-not-at-top
+  src = tmp_path / 'src'
+  src.mkdir()
+  (src / 'model.py').write_text(COMMENTED_CALLS)
+  status, _ = api.upgrade_paths([str(src)], out=str(tmp_path / 'out'))
+  assert status == 0
+  out = tmp_path / 'out' / 'model.py'
+  assert sorted(_comments_of(out)) == sorted(_comments_of(src / 'model.py'))
+  assert out.read_text() == up(COMMENTED_CALLS)
+
+
 def test_comments_of_parameters_that_become_fields_survive():
   out = up(textwrap.dedent('''\
       from flax import nn

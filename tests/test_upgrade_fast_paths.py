@@ -297,6 +297,37 @@ def test_spans_are_the_texts_of_inner_statements_as_written():
   assert checked > 500
 
 
+def test_hashes_of_a_statement_are_those_of_its_text():
+  # cst_util.keep_comments walks only statements whose text as written
+  # holds a '#' (StatementTexts.hashes): the count must be the text's, for
+  # top-level and inner statements, their comment lines above included
+  from flaxlegacy.upgrade import positions  # pylint: disable=g-import-not-at-top
+  checked = commented = 0
+  for src in _sources_with_blocks():
+    module = cst.parse_module(src)
+    spans = {}
+    code, texts, _ = positions.code_statements_and_lines(module, spans)
+    known = cst_util.StatementTexts(module, texts, spans, code)
+    stmts = list(module.body) + [v[0] for v in spans.values()]
+    for stmt in stmts:
+      want = cst_util.code(stmt).count('#')
+      got = known.hashes(stmt)
+      if got is None:  # only the file's last line, without its newline
+        continue
+      assert got == want, cst_util.code(stmt)
+      checked += 1
+      commented += bool(want)
+  assert checked > 500 and commented > 50, (checked, commented)
+  # an inner statement with a comment line above it and one inside
+  module = cst.parse_module('def f():\n  x = 1\n  # lead\n  y = g(1,  # in\n'
+                            '        2)\n')
+  spans = {}
+  code, texts, _ = positions.code_statements_and_lines(module, spans)
+  known = cst_util.StatementTexts(module, texts, spans, code)
+  x, y = module.body[0].body.body
+  assert (known.hashes(x), known.hashes(y)) == (0, 2)
+
+
 def test_changed_statements_written_from_the_texts_of_their_blocks():
   """StatementTexts of statements changed below (one name renamed, a
   statement moved one block deeper, a TODO added, an elif turned into an

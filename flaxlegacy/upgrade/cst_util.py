@@ -20,6 +20,7 @@ comments every rule writes (``TODO_PREFIX``, ``TodoComments``,
 argument-list builders.
 """
 
+import bisect
 import collections
 import dataclasses
 import keyword
@@ -187,9 +188,13 @@ class TodoComments:
 
   def leave_statement(self, original_node, updated):  # pylint: disable=unused-argument
     todos = self._todos.pop()
-    if updated is not original_node and isinstance(original_node,
-                                                   cst.SimpleStatementLine):
-      updated = keep_comments(original_node, updated)
+    if updated is not original_node and isinstance(
+        original_node, cst.SimpleStatementLine):
+      # (the file's statement texts, where known, say which have none)
+      hashes = getattr(getattr(self, 'ctx', None), 'hashes', None)
+      if not _kept_as_is(original_node, updated,
+                         None if hashes is None else hashes(original_node)):
+        updated = keep_comments(original_node, updated)
     if not todos:
       return updated
     if isinstance(updated, cst.BaseStatement):
@@ -219,6 +224,25 @@ def comments(node):
   found = _Comments()
   node.visit(found)
   return found.out
+
+
+def _kept_as_is(original, updated, hashes):
+  """Whether every comment of the simple statement ``original`` is
+  certainly in ``updated`` without a walk: ``hashes`` (the ``#`` in its
+  text as written, or None) is 0, or counts only the comments of its own
+  lines above and at its end, which ``updated`` keeps."""
+  if hashes is None:
+    return False
+  if hashes == 0:
+    return True
+  if not isinstance(updated, cst.SimpleStatementLine) or (
+      updated.leading_lines is not original.leading_lines
+      or updated.trailing_whitespace is not original.trailing_whitespace):
+    return False
+  own = sum(1 for l in original.leading_lines if l.comment is not None)
+  if original.trailing_whitespace.comment is not None:
+    own += 1
+  return own == hashes
 
 
 def keep_comments(original, updated):
@@ -643,6 +667,7 @@ class StatementTexts:
     self._spans = spans if code is not None else None
     self._code = code
     self._lines = None
+    self._hash_lines = None  # lines of ``code`` holding a '#' (1-based)
 
   def _written(self, stmt):
     """(text, indentation) of ``stmt`` as written, or None."""
@@ -666,6 +691,29 @@ class StatementTexts:
     text = code(node, module)
     self._texts[id(stmt)] = (stmt, text)
     return text
+
+  def hashes(self, stmt):
+    """How many ``#`` the text of ``stmt`` as written holds (a top-level
+    statement's text, or the lines of an inner one): 0, it has no comment;
+    or None where its text is not known (speed: cst_util.keep_comments
+    walks only statements that may hold a comment)."""
+    entry = self._texts.get(id(stmt))
+    if entry is not None and entry[0] is stmt:
+      return entry[1].count('#')
+    span = self._spans.get(id(stmt)) if self._spans else None
+    if span is None or span[0] is not stmt:
+      return None
+    if self._hash_lines is None:
+      if self._lines is None:
+        self._lines = _lines_of(self._code)
+      self._hash_lines = [(i, l.count('#'))
+                          for i, l in enumerate(self._lines, 1) if '#' in l]
+    i = bisect.bisect_left(self._hash_lines, (span[1], 0))
+    n = 0
+    while i < len(self._hash_lines) and self._hash_lines[i][0] < span[2]:
+      n += self._hash_lines[i][1]
+      i += 1
+    return n
 
   def of(self, module):
     """``[module.code_for_node(s) for s in module.body]``."""

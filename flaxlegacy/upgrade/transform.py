@@ -59,6 +59,9 @@ class Context:
     # (rules/stochastic_names.py)
     self.stochastic_imports = {}
     self.line_offset = 0
+    # statement -> the '#' its text as written holds, or None: not known
+    # (cst_util.StatementTexts.hashes; TodoComments reads it)
+    self.hashes = None
     # positions in the file as written (LazyPositions), looked up first:
     # a node no pass replaced keeps its written line though lines were
     # added above it
@@ -213,6 +216,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   if programs.relevant(file_facts, codebase, path):
     pctx = Context(file_facts, codebase, report, written_positions,
                    _code_of(module))
+    pctx.hashes = known.hashes
     try:
       new_module = programs.run(pctx, module)
     except Exception as e:  # pylint: disable=broad-except
@@ -241,6 +245,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
     statement_texts = texts_of(module)
   ctx = Context(file_facts, codebase, report, {}, _code_of(module))
   ctx.written = written_positions
+  ctx.hashes = known.hashes
   upgrader = Upgrader(ctx)
   from flaxlegacy.upgrade.rules.early_linen import removed_modules  # pylint: disable=g-import-not-at-top
   if any(m.rsplit('.', 1)[-1] in t for t in statement_texts
