@@ -154,7 +154,9 @@ class TodoComments:
   One list of TODOs per open statement (``self._todos``, set up by the
   class).  A TODO raised while leaving a statement belongs to it; a
   statement replaced by several puts them on the first; one removed hands
-  them to the enclosing statement, so no TODO is lost.
+  them to the enclosing statement, so no TODO is lost.  The user's
+  comments are not lost either: a simple statement a rule changed gets
+  back, above it, each comment it no longer holds (``keep_comments``).
   """
 
   def _line_of(self, node):
@@ -667,7 +669,9 @@ class StatementTexts:
     self._spans = spans if code is not None else None
     self._code = code
     self._lines = None
-    self._hash_lines = None  # lines of ``code`` holding a '#' (1-based)
+    # (line, its count of '#') of each line of ``code`` holding one
+    # (1-based), worked out at the first ``hashes``
+    self._hash_lines = None
 
   def _written(self, stmt):
     """(text, indentation) of ``stmt`` as written, or None."""
