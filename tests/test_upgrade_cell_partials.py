@@ -132,3 +132,57 @@ def test_other_uses_keep_the_todos_on_both():
   assert 'cell()(' not in out, out
   assert sum('linen cells take features as a field' in l
              for l in _todo_lines(out)) >= 3, out
+
+
+# the decoder around it: the stack's first parameter is bound by
+# ``.partial`` (a hyper-parameter, a field), the rest passed by keyword to a
+# ``.shared`` instance called twice
+DECODER = '''\
+import jax
+from flax import nn
+
+
+class MultilayerLSTM(nn.Module):
+
+  def apply(self, num_layers, input, previous_states, train=False):
+    states = []
+    for layer_idx in range(num_layers):
+      cell = nn.LSTMCell.partial(name='lstm_layer' + str(layer_idx))
+      c, h = previous_states[layer_idx]
+      state, output = cell((c, h), input)
+      states.append(state)
+      input = output
+    return states, input
+
+
+class Decoder(nn.Module):
+
+  def apply(self, x, num_layers=2, hidden=3):
+    lstm = MultilayerLSTM.partial(num_layers=num_layers).shared(
+        name='multilayer_lstm')
+    states = [nn.LSTMCell.initialize_carry(jax.random.PRNGKey(0),
+                                           (x.shape[0],), hidden)
+              for _ in range(num_layers)]
+    states, h = lstm(input=x, previous_states=states, train=True)
+    states, h = lstm(input=h, previous_states=states, train=True)
+    return nn.Dense(h, 2)
+'''
+
+
+def test_first_parameter_bound_by_partial_is_a_field(tmp_path):
+  # legacy's first apply parameter is the input by convention, but one a
+  # .partial binds is a hyper-parameter: before, num_layers became the
+  # input and the .shared instance a TODO (AttributeError upgraded)
+  out = up(DECODER)
+  assert not _todo_lines(out), out
+  assert 'def __call__(self, input, previous_states, train=False):' in out
+  assert "lstm = MultilayerLSTM(num_layers=self.num_layers, " in out, out
+  d = tmp_path / 'src'
+  d.mkdir()
+  (d / 'model.py').write_text(DECODER)
+  status, _ = upgrade_paths([str(d)], out=str(tmp_path / 'out'))
+  assert status == 0
+  res = verify.verify_modules(
+      str(d / 'model.py'), str(tmp_path / 'out' / 'model.py'),
+      [dict(class_name='Decoder', inputs=[((2, 3), 'float32')])])
+  assert [r['status'] for r in res] == ['ok'], res

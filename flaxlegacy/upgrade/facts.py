@@ -604,8 +604,8 @@ class CodebaseFacts:
       partial = self.partial_kwargs.get(info.name, set())
       info.fields, info.call = [], []
       for i, p in enumerate(info.params):
-        if i == 0 and p not in info.kwonly:  # the input
-          info.call.append(p)
+        if i == 0 and p not in info.kwonly and p not in partial:
+          info.call.append(p)  # the input (unless a .partial binds it)
         elif p in info.driven:  # a module class: a field
           info.fields.append(p)
         elif p in partial:
