@@ -278,6 +278,34 @@ def test_comments_inside_rewritten_calls_survive():
   assert upgrade_source(out)[0] == out
 
 
+def test_todos_in_rebuilt_statements_report_their_written_line():
+  # a field's default (the apply parameter's, walked as a new statement)
+  # and a statement an earlier pass of the class rebuilt
+  # (``X.partial(...).shared(...)`` normalised first): their TODOs were
+  # reported with line None; now the parameter's and the statement's
+  src = textwrap.dedent('''\
+      from flax import nn
+
+
+      class M(nn.Module):
+
+        def apply(self, x, features=2):
+          return nn.Dense(x, features)
+
+
+      class N(nn.Module):
+
+        def apply(self, x, attn=nn.SelfAttention):
+          m = M.partial(
+              zzz=1).shared(name='m')
+          return m(x)
+      ''')
+  _, report = upgrade_source(src)
+  lines = {item['why'].split(':')[0]: item['line'] for item in report.left}
+  assert lines == {'nn.SelfAttention': 12,
+                   '.shared binds call parameters': 13}, report.left
+
+
 def test_comments_survive_the_command_too(tmp_path):
   # upgrade_paths knows each statement's text as written and walks only
   # those holding a '#' (cst_util.StatementTexts.hashes): the same result

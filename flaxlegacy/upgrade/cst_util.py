@@ -165,7 +165,25 @@ class TodoComments:
   def todo(self, node, why):
     if self._todos and why not in self._todos[-1]:
       self._todos[-1].append(why)
-    self.ctx.report.left.append({'line': self._line_of(node), 'why': why})
+    self.ctx.report.left.append({'line': self._todo_line(node), 'why': why})
+
+  def _todo_line(self, node):
+    """The written line of ``node``; where an earlier pass rebuilt it (no
+    position), that of the innermost open statement that has one, or
+    that an earlier pass rebuilt from one (``ctx.origins``)."""
+    line = self._line_of(node)
+    if line is not None:
+      return line
+    origins = getattr(getattr(self, 'ctx', None), 'origins', None) or {}
+    for stmt in reversed(self.__dict__.get('_open_statements', ())):
+      line = self._line_of(stmt)
+      if line is None:
+        origin = origins.get(id(stmt))
+        if origin is not None and origin[0] is stmt:
+          line = self._line_of(origin[1])
+      if line is not None:
+        return line
+    return None
 
   # (walk.FastTransformer calls enter_statement / leave_statement and the
   # hooks itself, without the two methods below)
@@ -187,8 +205,17 @@ class TodoComments:
     """Before the statement's visit hook; False: its children are not
     walked (the visit hook is called all the same)."""
     self._todos.append([])
+    self.__dict__.setdefault('_open_statements', []).append(node)
 
-  def leave_statement(self, original_node, updated):  # pylint: disable=unused-argument
+  def leave_statement(self, original_node, updated):
+    self._open_statements.pop()
+    updated = self._leave_statement(original_node, updated)
+    # a later pass over the rebuilt statement reports its written line
+    record_origin(getattr(getattr(self, 'ctx', None), 'origins', None),
+                  original_node, updated)
+    return updated
+
+  def _leave_statement(self, original_node, updated):
     todos = self._todos.pop()
     if updated is not original_node and isinstance(
         original_node, cst.SimpleStatementLine):
@@ -208,6 +235,19 @@ class TodoComments:
     if self._todos:  # removed: the enclosing statement carries them
       self._todos[-1].extend(t for t in todos if t not in self._todos[-1])
     return updated
+
+
+def record_origin(origins, original, updated):
+  """Notes in ``origins`` (``ctx.origins``: id -> (statement, the one as
+  written it was made from)) that a pass made the statement ``updated`` of
+  ``original``, so that a TODO a later pass raises in it has its written
+  line (TodoComments)."""
+  if (origins is None or updated is original
+      or not isinstance(updated, cst.BaseStatement)):
+    return
+  first = origins.get(id(original))
+  origins[id(updated)] = (updated, first[1] if first is not None
+                          and first[0] is original else original)
 
 
 class _Comments(walk.FastVisitor):

@@ -59,6 +59,10 @@ class Context:
     # (rules/stochastic_names.py)
     self.stochastic_imports = {}
     self.line_offset = 0
+    # id(statement a pass rebuilt) -> (it, the statement it was made from),
+    # for the written line of a TODO a later pass raises in it
+    # (cst_util.TodoComments)
+    self.origins = {}
     # statement -> the '#' its text as written holds, or None: not known
     # (cst_util.StatementTexts.hashes; TodoComments reads it)
     self.hashes = None
@@ -213,9 +217,12 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   # source, then the module rules on the result.
   from flaxlegacy.upgrade.rules import programs  # pylint: disable=g-import-not-at-top
   written_positions = LazyPositions(module, start_lines)
+  # statements a pass rebuilt -> what they were made from, across passes
+  origins = {}
   if programs.relevant(file_facts, codebase, path):
     pctx = Context(file_facts, codebase, report, written_positions,
                    _code_of(module))
+    pctx.origins = origins
     pctx.hashes = known.hashes
     try:
       new_module = programs.run(pctx, module)
@@ -246,6 +253,7 @@ def upgrade_module(path, module, codebase, report, statement_texts=None,
   ctx = Context(file_facts, codebase, report, {}, _code_of(module))
   ctx.written = written_positions
   ctx.hashes = known.hashes
+  ctx.origins = origins
   upgrader = Upgrader(ctx)
   from flaxlegacy.upgrade.rules.early_linen import removed_modules  # pylint: disable=g-import-not-at-top
   if any(m.rsplit('.', 1)[-1] in t for t in statement_texts

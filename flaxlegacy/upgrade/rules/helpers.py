@@ -29,6 +29,7 @@ import dataclasses
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import walk
 
 
@@ -51,6 +52,15 @@ def _partial_shared(call):
 
 class _Normalise(walk.FastTransformer):
 
+  def __init__(self, origins):
+    super().__init__()
+    self.origins = origins
+
+  def leave_SimpleStatementLine(self, original_node, updated_node):
+    # a statement it rebuilt keeps its written line (cst_util.record_origin)
+    cst_util.record_origin(self.origins, original_node, updated_node)
+    return updated_node
+
   def leave_Call(self, original_node, updated_node):
     inner = _partial_shared(updated_node)
     if inner is None:
@@ -67,8 +77,7 @@ class _Normalise(walk.FastTransformer):
 
 def prepare_class(up, node):
   """``X.partial(...).shared(...)`` -> ``X.shared(...)`` in a class body."""
-  del up
-  return _Normalise().walk(node)
+  return _Normalise(getattr(up.ctx, 'origins', None)).walk(node)
 
 
 def _self_calls(fn):

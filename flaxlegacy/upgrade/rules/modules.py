@@ -123,17 +123,22 @@ def _field_plans(info):
   return out, None
 
 
-def _param_comments(fn):
-  """name -> the comments written with each parameter of ``fn`` (``k=3,
-  # why`` on its own line)."""
+def _params_of(fn):
+  """name -> Param of every parameter of ``fn``."""
   ps = fn.params
+  return {p.name.value: p for p in (
+      list(ps.posonly_params) + list(ps.params) + list(ps.kwonly_params)
+      + [q for q in (ps.star_arg, ps.star_kwarg) if isinstance(q, cst.Param)])}
+
+
+def _param_comments(params):
+  """name -> the comments written with each parameter (``k=3,  # why`` on
+  its own line) of ``params`` (``_params_of``)."""
   out = {}
-  for p in (list(ps.posonly_params) + list(ps.params) + list(ps.kwonly_params)
-            + [q for q in (ps.star_arg, ps.star_kwarg)
-               if isinstance(q, cst.Param)]):
+  for name, p in params.items():
     found = cst_util.comments(p)
     if found:
-      out[p.name.value] = found
+      out[name] = found
   return out
 
 
@@ -154,10 +159,15 @@ def _fields(up, info, fn):
   emitter; each with the comments written with its legacy parameter in
   ``fn``), or (None, the name a field cannot take)."""
   field_plans, bad = _field_plans(info)
-  comments = _param_comments(fn)
+  params = _params_of(fn)
+  comments = _param_comments(params)
   out = []
   for plan in field_plans:
     stmt = up.emit.field(plan)
+    if plan.name in params:
+      # a TODO in the field's default reports the parameter's written line
+      cst_util.record_origin(getattr(up.ctx, 'origins', None),
+                             params[plan.name], stmt)
     if not plan.catch_all:
       # The default is legacy source: the generic rules (flax.nn spelled
       # out, removed JAX names, TODOs on legacy layers) apply to it as to
