@@ -315,8 +315,9 @@ def test_comments_survive_the_command_too(tmp_path):
   (src / 'model.py').write_text(COMMENTED_CALLS)
   status, _ = api.upgrade_paths([str(src)], out=str(tmp_path / 'out'))
   assert status == 0
+  from benchmarks import upgrade_comments  # pylint: disable=g-import-not-at-top
+  assert upgrade_comments.lost_comments(str(src), str(tmp_path / 'out')) == {}
   out = tmp_path / 'out' / 'model.py'
-  assert sorted(_comments_of(out)) == sorted(_comments_of(src / 'model.py'))
   assert out.read_text() == up(COMMENTED_CALLS)
 
 
@@ -446,34 +447,20 @@ def _corpora():
     yield os.path.join(shared, 'conformance')
 
 
-def _comments_of(path):
-  """The comments of a Python file, as the tokenizer reads them."""
-  import tokenize  # pylint: disable=g-import-not-at-top
-  with open(path, 'rb') as f:
-    return [t.string.strip() for t in tokenize.tokenize(f.readline)
-            if t.type == tokenize.COMMENT]
-
-
 @pytest.mark.parametrize('corpus', list(_corpora()),
                          ids=lambda p: os.path.basename(p))
 def test_corpus_idempotent_and_compiles(corpus, tmp_path):
   """A second run over the upgraded examples / generators changes nothing;
-  every comment of theirs is still there."""
-  import collections  # pylint: disable=g-import-not-at-top
+  every comment of theirs is still there (benchmarks/upgrade_comments.py)."""
   import io  # pylint: disable=g-import-not-at-top
+  from benchmarks import upgrade_comments  # pylint: disable=g-import-not-at-top
   from flaxlegacy.upgrade import api  # pylint: disable=g-import-not-at-top
   out = tmp_path / 'once'
   status, report = api.upgrade_paths([corpus], out=str(out))
   assert status == 0 and report['summary']['modules_rewritten'] >= 3
-  lost = {}
   for path in out.rglob('*.py'):
     compile(path.read_text(), str(path), 'exec')
-    src = os.path.join(corpus, os.path.relpath(path, out))
-    if os.path.exists(src):
-      gone = (collections.Counter(_comments_of(src))
-              - collections.Counter(_comments_of(path)))
-      if gone:
-        lost[os.path.relpath(path, out)] = dict(gone)
+  lost = upgrade_comments.lost_comments(corpus, str(out))
   assert not lost, lost
   buf = io.StringIO()
   status, _ = api.upgrade_paths([str(out)], diff=True, stdout=buf)
