@@ -38,8 +38,9 @@ TODO = ('{name} holds a legacy {what}.partial and is called like a legacy '
         "{name}(name=...)(x))")
 
 
-class _Scan(walk.FastVisitor):
-  """Assignments and calls of the names of one function (not nested)."""
+class LocalsScan(walk.FastVisitor):
+  """Assignments and calls of the names of one function (not nested);
+  rules/recurrent.py walks nested functions too."""
 
   def __init__(self):
     self.assigns = {}  # name -> [value node or None]
@@ -111,7 +112,7 @@ def _call_plan(layer, call):
 def scan(up, fn, resolver):
   """``{id(node): ('todo', why) | ('call', plan)}`` for the partials and
   calls of the partial locals of plain function ``fn``."""
-  s = _Scan()
+  s = LocalsScan()
   fn.visit(s)
   out = {}
   for name, calls in s.calls.items():

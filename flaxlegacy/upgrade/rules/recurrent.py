@@ -46,9 +46,9 @@ import libcst as cst
 
 from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import plans
-from flaxlegacy.upgrade import walk
 from flaxlegacy.upgrade.collectors.usage import CELLS  # pylint: disable=g-importing-member
 from flaxlegacy.upgrade.rules import jax_names
+from flaxlegacy.upgrade.rules import partial_calls
 
 # legacy apply hyper-parameters; linen's fields have the same names
 CELL_HYPER = ('gate_fn', 'activation_fn', 'kernel_init',
@@ -105,39 +105,22 @@ def _scan_body(up, call):
   return None
 
 
-class _Locals(walk.FastVisitor):
-  """Every assignment, call and other mention of each name of a body."""
+class _Locals(partial_calls.LocalsScan):
+  """Every assignment and call of each name of a body, nested functions
+  included, and how many times each name is mentioned at all."""
 
   def __init__(self):
     super().__init__()
-    self.assigned = {}  # name -> [value Call, or None: another target form]
-    self.calls = {}  # name -> [Call of the name]
     self.names = {}  # name -> count of Name nodes
 
-  def visit_Assign(self, node):
-    for t in node.targets:
-      if isinstance(t.target, cst.Name):
-        self.assigned.setdefault(t.target.value, []).append(node.value)
-      else:
-        for n in walk.target_names(t.target):
-          self.assigned.setdefault(n, []).append(None)
+  def visit_FunctionDef(self, node):
+    return True
 
-  def _other(self, target):
-    for n in walk.target_names(target):
-      self.assigned.setdefault(n, []).append(None)
+  def leave_FunctionDef(self, node):
+    pass
 
-  def visit_AugAssign(self, node):
-    self._other(node.target)
-
-  def visit_AnnAssign(self, node):
-    self._other(node.target)
-
-  def visit_For(self, node):
-    self._other(node.target)
-
-  def visit_Call(self, node):
-    if isinstance(node.func, cst.Name):
-      self.calls.setdefault(node.func.value, []).append(node)
+  def visit_ClassDef(self, node):
+    return True
 
   def visit_Name(self, node):
     self.names[node.value] = self.names.get(node.value, 0) + 1
@@ -159,7 +142,7 @@ def cell_partial_locals(up, body):
   scan = _Locals()
   body.visit(scan)
   out = {}
-  for name, values in scan.assigned.items():
+  for name, values in scan.assigns.items():
     cells = [_cell_method(up, v.func, 'partial')
              if isinstance(v, cst.Call) else None for v in values]
     if not cells or None in cells or len(set(cells)) != 1:
