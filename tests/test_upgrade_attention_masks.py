@@ -37,13 +37,7 @@ from flax.nn.attention import _make_causal_mask
 from flax.deprecated.nn.attention import dot_product_attention as attend
 
 
-def ramp(key, shape, dtype=jnp.float32):
-  del key
-  n = 1
-  for d in shape:
-    n *= d
-  return (jnp.sin(jnp.arange(n, dtype=dtype) * 0.37) * 0.5).reshape(shape)
-
+''' + upgrade_run.RAMP_SRC + '''
 
 class HandAttention(nn.Module):
   """Multi-head attention put together from legacy's pieces."""

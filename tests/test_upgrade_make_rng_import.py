@@ -29,13 +29,7 @@ import jax.numpy as jnp
 from flax import nn{imports}
 
 
-def ramp(key, shape, dtype=jnp.float32):
-  del key
-  n = 1
-  for d in shape:
-    n *= d
-  return (jnp.sin(jnp.arange(n, dtype=dtype) * 0.37) * 0.5).reshape(shape)
-
+''' + upgrade_run.RAMP_SRC + '''
 
 class Drop(nn.Module):
   """A dense layer, then dropout written by hand."""

@@ -11,6 +11,19 @@ import textwrap
 from flaxlegacy.upgrade import api
 
 
+# A deterministic initializer (numbers any two runs agree on, no key used),
+# as source text for the legacy programs of the tests (``jnp`` imported
+# there); ``{}`` free, so a program may still be a ``str.format`` template.
+RAMP_SRC = '''\
+def ramp(key, shape, dtype=jnp.float32):
+  del key
+  n = 1
+  for d in shape:
+    n *= d
+  return (jnp.sin(jnp.arange(n, dtype=dtype) * 0.37) * 0.5).reshape(shape)
+'''
+
+
 def write_tree(root, files):
   """Writes ``files`` ({relative path: source, dedented}) under ``root``."""
   for rel, text in files.items():
