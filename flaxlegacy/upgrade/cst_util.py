@@ -238,10 +238,10 @@ class TodoComments:
 
 
 def record_origin(origins, original, updated):
-  """Notes in ``origins`` (``ctx.origins``: id -> (statement, the one as
-  written it was made from)) that a pass made the statement ``updated`` of
-  ``original``, so that a TODO a later pass raises in it has its written
-  line (TodoComments)."""
+  """Notes in ``origins`` (``ctx.origins``: id -> (statement, the node as
+  written it was made from: a statement, or a field's parameter)) that a
+  pass made the statement ``updated`` of ``original``, so that a TODO a
+  later pass raises in it has its written line (TodoComments)."""
   if (origins is None or updated is original
       or not isinstance(updated, cst.BaseStatement)):
     return
@@ -472,6 +472,16 @@ def _commented(comma):
     return False
   return ws.first_line.comment is not None or any(
       l.comment is not None for l in ws.empty_lines)
+
+
+def all_params(params):
+  """Every Param of a ``cst.Parameters``, in order: positional-only,
+  positional, keyword-only, then ``*args`` and ``**kwargs``."""
+  out = (list(params.posonly_params) + list(params.params)
+         + list(params.kwonly_params))
+  out += [p for p in (params.star_arg, params.star_kwarg)
+          if isinstance(p, cst.Param)]
+  return out
 
 
 def without_comma(node):

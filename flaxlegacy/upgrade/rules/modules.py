@@ -123,17 +123,9 @@ def _field_plans(info):
   return out, None
 
 
-def _params_of(fn):
-  """name -> Param of every parameter of ``fn``."""
-  ps = fn.params
-  return {p.name.value: p for p in (
-      list(ps.posonly_params) + list(ps.params) + list(ps.kwonly_params)
-      + [q for q in (ps.star_arg, ps.star_kwarg) if isinstance(q, cst.Param)])}
-
-
 def _param_comments(params):
   """name -> the comments written with each parameter (``k=3,  # why`` on
-  its own line) of ``params`` (``_params_of``)."""
+  its own line) of ``params`` ({name: Param})."""
   out = {}
   for name, p in params.items():
     found = cst_util.comments(p)
@@ -159,7 +151,7 @@ def _fields(up, info, fn):
   emitter; each with the comments written with its legacy parameter in
   ``fn``), or (None, the name a field cannot take)."""
   field_plans, bad = _field_plans(info)
-  params = _params_of(fn)
+  params = {p.name.value: p for p in cst_util.all_params(fn.params)}
   comments = _param_comments(params)
   out = []
   for plan in field_plans:

@@ -68,6 +68,7 @@ import collections
 
 import libcst as cst
 
+from flaxlegacy.upgrade import cst_util
 from flaxlegacy.upgrade import plans
 from flaxlegacy.upgrade import walk
 
@@ -126,12 +127,7 @@ class _Uses(walk.FastVisitor):
 
 
 def _param_names(params):
-  ps = (list(params.posonly_params) + list(params.params)
-        + list(params.kwonly_params))
-  for p in (params.star_arg, params.star_kwarg):
-    if isinstance(p, cst.Param):
-      ps.append(p)
-  return {p.name.value for p in ps}
+  return {p.name.value for p in cst_util.all_params(params)}
 
 
 class LiftedTransformRules:
