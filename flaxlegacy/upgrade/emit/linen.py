@@ -843,13 +843,8 @@ class LinenEmitter:
   def partial_call(plan):
     """PartialCall -> ``n(p=a, k'=v, name=s)(x)``: linen's keywords
     (``k=v`` written tight), the input to the module's call."""
-    args = [cst.Arg(value=h.arg.value,
-                    keyword=cst.Name(h.key if h.key == 'name'
-                                     else layer_table.linen_kwarg(plan.layer,
-                                                                  h.key)),
-                    equal=cst.AssignEqual(
-                        whitespace_before=cst.SimpleWhitespace(''),
-                        whitespace_after=cst.SimpleWhitespace('')))
+    args = [cst_util.arg(h.arg.value, h.key if h.key == 'name'
+                         else layer_table.linen_kwarg(plan.layer, h.key))
             for h in plan.hypers]
     return cst.Call(func=cst.Call(func=plan.callee, args=args),
                     args=[cst.Arg(value=plan.input)])
